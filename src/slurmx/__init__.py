@@ -1,0 +1,5 @@
+"""slurmx: LLM-serving benchmark sweeps (InferenceX configs) as Slurm jobs."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

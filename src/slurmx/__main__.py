@@ -1,0 +1,5 @@
+import sys
+
+from slurmx.cli import main
+
+sys.exit(main())

@@ -1,0 +1,69 @@
+"""`slurmx plan`: show the sweep points of config keys, as a table or as InferenceX rows."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from slurmx.commands.common import Loaded, add_config_options, load_points
+from slurmx.plan import Point
+from slurmx.slurm.request import slurm_request
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("plan", help="expand config keys into sweep points", description=__doc__)
+    parser.add_argument("keys", nargs="*", metavar="KEY", help="config keys to expand")
+    parser.add_argument("--all", action="store_true", help="every key of the loaded master configs")
+    parser.add_argument("--json", action="store_true", help="print a JSON list of InferenceX rows plus point-id")
+    add_config_options(parser)
+    parser.set_defaults(func=run)
+
+
+def point_json(point: Point, loaded: Loaded) -> dict[str, Any]:
+    obj = point.row()
+    obj["point-id"] = point.point_id
+    obj["config-key"] = point.config_key
+    request = _request_summary(point, loaded)
+    if request:
+        obj["slurm-request"] = request
+    return obj
+
+
+def _request_summary(point: Point, loaded: Loaded) -> str | None:
+    profile = loaded.clusters.profiles.get(point.runner)
+    if point.multinode or profile is None or profile.slurm is None:
+        return None
+    return slurm_request(profile.slurm, point.gpus).summary()
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = load_points(args, args.keys, args.all)
+    if args.json:
+        json.dump([point_json(p, loaded) for p in loaded.points], sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    for key in dict.fromkeys(p.config_key for p in loaded.points):
+        points = [p for p in loaded.points if p.config_key == key]
+        source = loaded.masters.sources[key]
+        table = Table(title=f"{key}: {len(points)} points ({source.path}:{source.line})", title_justify="left")
+        for column in ("point id", "parallelism", "spec", "backend", "conc", "DRAM GB", "Slurm request"):
+            table.add_column(column, justify="right" if column in ("conc", "DRAM GB") else "left", no_wrap=True)
+        for p in points:
+            conc = ",".join(map(str, p.conc)) if isinstance(p.conc, tuple) else str(p.conc)
+            table.add_row(
+                p.point_id,
+                p.parallelism,
+                p.spec_decoding,
+                p.backend_name,
+                conc,
+                str(p.total_cpu_dram_gb),
+                _request_summary(p, loaded) or "-",
+            )
+        console.print(table)
+    return 0

@@ -1,0 +1,1 @@
+"""Config files: InferenceX master configs and slurmx cluster profiles."""

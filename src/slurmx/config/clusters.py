@@ -1,0 +1,57 @@
+"""Cluster profiles: per cluster label the node's hardware figures and how Slurm is asked for it.
+
+The file is a superset of InferenceX's runners.yaml: its `hardware:` block loads unchanged,
+and slurmx adds optional `slurm:` and `runtime:` sections per label.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from slurmx.config.master import _kebab
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=_kebab, populate_by_name=True)
+
+
+class SlurmProfile(_Model):
+    """What sbatch is asked for; GPU count comes from each point."""
+
+    partition: str
+    account: str | None = None
+    qos: str | None = None
+    gres_type: str | None = None  # None: plain gpu:<n>
+    features: list[str] = Field(default_factory=list)
+    mem: str = "0"  # sbatch --mem; "0" asks for all of the node's memory
+    exclusive: bool = True
+    time_limit_min: PositiveInt = 480
+    array_parallelism: PositiveInt = 64
+    cpus_per_task: PositiveInt | None = None
+
+
+class RuntimeProfile(_Model):
+    """How processes start on the node and where models, caches and traces live."""
+
+    kind: Literal["venv", "pyxis"] = "venv"
+    engine_python: str | None = None  # venv: the Python of the vLLM (+ lmcache) environment
+    aiperf_bin: str | None = None  # venv: the aiperf executable
+    container_mounts: list[str] = Field(default_factory=list)  # pyxis: src:dst pairs
+    squash_dir: str | None = None  # pyxis: where imported images live
+    model_root: str | None = None  # directory holding model weights, by model name
+    hf_home: str | None = None
+    trace_dir: str | None = None
+
+
+class ClusterProfile(_Model):
+    available_cpu_dram_mib: PositiveInt
+    gpus_per_node: PositiveInt
+    slurm: SlurmProfile | None = None
+    runtime: RuntimeProfile | None = None
+
+
+class ClustersFile(_Model):
+    labels: dict[str, list[str]] | None = None  # InferenceX runner labels; read, not used
+    hardware: dict[str, ClusterProfile]

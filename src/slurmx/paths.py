@@ -1,0 +1,32 @@
+"""Where slurmx finds its shipped configs and writes results by default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def config_dir() -> Path:
+    """SLURMX_CONFIG_DIR, else ./configs, else the checkout's configs/."""
+    if env := os.environ.get("SLURMX_CONFIG_DIR"):
+        return Path(env)
+    local = Path.cwd() / "configs"
+    if (local / "clusters.yaml").exists():
+        return local
+    return _CHECKOUT / "configs"
+
+
+def default_masters() -> list[Path]:
+    return sorted(config_dir().glob("*master*.yaml"))
+
+
+def default_clusters() -> Path:
+    return config_dir() / "clusters.yaml"
+
+
+def default_results() -> Path:
+    if env := os.environ.get("SLURMX_RESULTS"):
+        return Path(env)
+    return Path.cwd() / "results"

@@ -1,0 +1,348 @@
+"""Config key -> list of frozen, fully resolved sweep points (InferenceX's expansion, exactly).
+
+Each point carries its DRAM budget by InferenceX's formula and a deterministic point id:
+a short hash of the canonical fields that decide what runs, never of names derived from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from slurmx.config.clusters import ClusterProfile
+from slurmx.config.load import Clusters, Masters, suggest
+from slurmx.config.master import (
+    AgenticCoding,
+    KvOffloadBackend,
+    MasterConfig,
+    MultiNodeConfig,
+    Router,
+    SingleNodeConfig,
+    WorkerSpec,
+)
+from slurmx.errors import ConfigError
+
+Scenario = Literal["fixed-seq-len", "agentic-coding"]
+
+# InferenceX caps the usable host DRAM per node (MiB) before applying dram-utilization.
+DRAM_CAP_MIB = 2_861_022
+AGENTIC_DURATION_S = 3600
+_SEQ_LEN_NAMES = {(1024, 1024): "1k1k", (1024, 8192): "1k8k", (8192, 1024): "8k1k"}
+
+
+def dram_budget_gb(
+    available_cpu_dram_mib: int, gpus_per_node: int, dram_utilization: float, gpu_share: int
+) -> int:
+    """InferenceX's host-DRAM budget in GB for a server on `gpu_share` (tp*pp*pcp) GPUs of a node."""
+    fraction = min(gpu_share, gpus_per_node) / gpus_per_node
+    dram_bytes = min(available_cpu_dram_mib, DRAM_CAP_MIB) * 1024 * 1024 * dram_utilization * fraction
+    return int(dram_bytes / 1e9)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point: what runs, where, with which budget."""
+
+    config_key: str
+    scenario: Scenario
+    image: str
+    model: str
+    model_prefix: str
+    precision: str
+    framework: str
+    runner: str
+    multinode: bool
+    disagg: bool
+    spec_decoding: str
+    conc: int | tuple[int, ...]
+    tp: int = 0
+    pp: int = 1
+    dcp_size: int = 1
+    pcp_size: int = 1
+    ep: int = 1
+    dp_attn: bool = False
+    prefill: WorkerSpec | None = None
+    decode: WorkerSpec | None = None
+    isl: int | None = None
+    osl: int | None = None
+    kv_offloading: str = "none"
+    kv_offload_backend: KvOffloadBackend | None = None
+    router: Router | None = None
+    kv_p2p_transfer: str | None = None
+    dram_utilization: float | None = None
+    total_cpu_dram_gb: int = 0
+    duration_s: int | None = None
+    exp_name: str = ""
+    point_id: str = field(default="", compare=False)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one single-node server: tensor x pipeline x prefill-context parallel."""
+        return self.tp * self.pp * self.pcp_size
+
+    @property
+    def backend_name(self) -> str:
+        return self.kv_offload_backend.name if self.kv_offload_backend else "none"
+
+    @property
+    def parallelism(self) -> str:
+        """Short label such as TP8, DEP8, TP8-DCP8, or p1x8_d1x8 for multinode."""
+        if self.multinode:
+            assert self.prefill and self.decode
+            return f"{_worker_label('p', self.prefill)}_{_worker_label('d', self.decode)}"
+        label = f"DEP{self.tp}" if self.dp_attn and self.ep > 1 else f"TP{self.tp}"
+        if self.ep > 1 and not self.dp_attn:
+            label += f"-EP{self.ep}"
+        for name, size in (("PP", self.pp), ("DCP", self.dcp_size), ("PCP", self.pcp_size)):
+            if size > 1:
+                label += f"-{name}{size}"
+        return label
+
+    def row(self) -> dict[str, Any]:
+        """The row InferenceX's generator emits for this point, under its field names."""
+        return _row(self)
+
+
+def _worker_label(side: str, worker: WorkerSpec) -> str:
+    label = f"{side}{worker.num_worker}x{worker.tp}"
+    if worker.ep > 1:
+        label += f"ep{worker.ep}"
+    if worker.dp_attn:
+        label += "dpa"
+    return label
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    return model.model_dump(by_alias=True, exclude_none=True)  # type: ignore[no-any-return]
+
+
+def _worker_row(worker: WorkerSpec) -> dict[str, Any]:
+    return _dump(worker)
+
+
+def _row(p: Point) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "image": p.image,
+        "model": p.model,
+        "model-prefix": p.model_prefix,
+        "precision": p.precision,
+        "framework": p.framework,
+        "runner": p.runner,
+    }
+    if p.scenario == "fixed-seq-len":
+        row["isl"], row["osl"] = p.isl, p.osl
+    if p.multinode:
+        assert p.prefill is not None and p.decode is not None
+        row["spec-decoding"] = p.spec_decoding
+        row["prefill"] = _worker_row(p.prefill)
+        row["decode"] = _worker_row(p.decode)
+        row["conc"] = list(p.conc) if isinstance(p.conc, tuple) else [p.conc]
+    else:
+        row.update({"tp": p.tp, "pp": p.pp, "dcp-size": p.dcp_size, "pcp-size": p.pcp_size})
+        if p.scenario == "fixed-seq-len":
+            row["conc"] = p.conc
+            row["max-model-len"] = (p.isl or 0) + (p.osl or 0) + 256
+        row.update({"ep": p.ep, "dp-attn": p.dp_attn, "spec-decoding": p.spec_decoding})
+        if p.scenario == "agentic-coding":
+            row["conc"] = p.conc
+    if p.scenario == "fixed-seq-len":
+        if p.multinode:
+            row["max-model-len"] = (p.isl or 0) + (p.osl or 0) + 256
+        row["exp-name"] = p.exp_name
+        row["disagg"] = p.disagg
+        row["run-eval"] = False
+    else:
+        row["kv-offloading"] = p.kv_offloading
+        row["total-cpu-dram-gb"] = p.total_cpu_dram_gb
+        row["duration"] = p.duration_s
+        row["exp-name"] = p.exp_name
+        if p.multinode:
+            row["disagg"] = p.disagg
+        row["scenario-type"] = p.scenario
+        if p.kv_offload_backend is not None:
+            row["kv-offload-backend"] = _dump(p.kv_offload_backend)
+    if p.router is not None:
+        row["router"] = _dump(p.router)
+    if p.kv_p2p_transfer is not None:
+        row["kv-p2p-transfer"] = p.kv_p2p_transfer
+    return row
+
+
+def _exp_name(p: Point) -> str:
+    if p.scenario == "fixed-seq-len":
+        assert p.isl is not None and p.osl is not None
+        return f"{p.model_prefix}_{_SEQ_LEN_NAMES.get((p.isl, p.osl), f'{p.isl}_{p.osl}')}"
+    kv = f"kv{p.kv_offloading}-{p.backend_name}" if p.kv_offloading != "none" else "kvnone"
+    if p.multinode:
+        name = f"{p.model_prefix}_{p.parallelism}_conc{p.conc}"
+        return name if p.kv_offloading == "none" else f"{name}_{kv}"
+    name = f"{p.model_prefix}_tp{p.tp}_conc{p.conc}_{kv}"
+    return name if p.spec_decoding == "none" else f"{name}_spec-{p.spec_decoding}"
+
+
+def _point_id(p: Point) -> str:
+    """Hash of what runs: the InferenceX row without names derived from it, plus the key."""
+    canonical = {k: v for k, v in p.row().items() if k not in ("exp-name", "run-eval")}
+    canonical["config-key"] = p.config_key
+    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _finish(p: Point) -> Point:
+    from dataclasses import replace
+
+    named = replace(p, exp_name=_exp_name(p))
+    return replace(named, point_id=_point_id(named))
+
+
+def _cluster_for(key: str, config: MasterConfig, masters: Masters, clusters: Clusters) -> ClusterProfile:
+    profile = clusters.profiles.get(config.runner)
+    if profile is None:
+        source = masters.sources[key]
+        known = sorted(clusters.profiles)
+        raise ConfigError(
+            source.path,
+            source.line,
+            f"{key}.runner",
+            f"unknown cluster label {config.runner!r} in {clusters.path}{suggest(config.runner, known)}",
+        )
+    return profile
+
+
+def _check_fits(key: str, tp_path: str, gpus: int, profile: ClusterProfile, runner: str, masters: Masters) -> None:
+    if gpus > profile.gpus_per_node:
+        source = masters.sources[key]
+        raise ConfigError(
+            source.path,
+            source.line,
+            f"{key}.{tp_path}",
+            f"needs {gpus} GPUs but {runner} has {profile.gpus_per_node} per node",
+        )
+
+
+def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
+    """Every point of one config key, in InferenceX's order."""
+    config = masters.configs[key]
+    base = {
+        "config_key": key,
+        "image": config.image,
+        "model": config.model,
+        "model_prefix": config.model_prefix,
+        "precision": config.precision,
+        "framework": config.framework,
+        "runner": config.runner,
+        "multinode": config.multinode,
+        "disagg": config.disagg,
+    }
+    points: list[Point] = []
+    scenarios = config.scenarios
+    for fsl in scenarios.fixed_seq_len:
+        for entry in fsl.search_space:
+            common = dict(
+                base,
+                scenario="fixed-seq-len",
+                isl=fsl.isl,
+                osl=fsl.osl,
+                spec_decoding=entry.spec_decoding,
+                router=entry.router or config.router,
+                kv_p2p_transfer=entry.kv_p2p_transfer or config.kv_p2p_transfer,
+            )
+            if isinstance(config, MultiNodeConfig):
+                points.append(
+                    _finish(Point(**common, prefill=entry.prefill, decode=entry.decode, conc=tuple(entry.concurrencies())))  # type: ignore[arg-type, union-attr]
+                )
+                continue
+            for conc in entry.concurrencies():
+                points.append(
+                    _finish(
+                        Point(
+                            **common,  # type: ignore[arg-type]
+                            conc=conc,
+                            tp=entry.tp,  # type: ignore[union-attr]
+                            pp=entry.pp,  # type: ignore[union-attr]
+                            dcp_size=entry.dcp_size,  # type: ignore[union-attr]
+                            pcp_size=entry.pcp_size,  # type: ignore[union-attr]
+                            ep=entry.ep or 1,  # type: ignore[union-attr]
+                            dp_attn=bool(entry.dp_attn),  # type: ignore[union-attr]
+                        )
+                    )
+                )
+    for index, agentic in enumerate(scenarios.agentic_coding):
+        points.extend(_expand_agentic(key, index, config, agentic, base, masters, clusters))
+    return points
+
+
+def _expand_agentic(
+    key: str,
+    index: int,
+    config: MasterConfig,
+    agentic: AgenticCoding[Any],
+    base: dict[str, Any],
+    masters: Masters,
+    clusters: Clusters,
+) -> list[Point]:
+    profile = _cluster_for(key, config, masters, clusters)
+    points = []
+    for entry_index, entry in enumerate(agentic.search_space):
+        common = dict(
+            base,
+            scenario="agentic-coding",
+            spec_decoding=entry.spec_decoding,
+            kv_offloading=entry.kv_offloading,
+            kv_offload_backend=entry.kv_offload_backend,
+            router=entry.router or config.router,
+            kv_p2p_transfer=entry.kv_p2p_transfer or config.kv_p2p_transfer,
+            dram_utilization=agentic.dram_utilization,
+            duration_s=AGENTIC_DURATION_S,
+        )
+        where = f"scenarios.agentic-coding[{index}].search-space[{entry_index}]"
+        if isinstance(config, SingleNodeConfig):
+            gpus = entry.tp * entry.pp * entry.pcp_size
+            _check_fits(key, f"{where}.tp", gpus, profile, config.runner, masters)
+            shape = dict(
+                tp=entry.tp,
+                pp=entry.pp,
+                dcp_size=entry.dcp_size,
+                pcp_size=entry.pcp_size,
+                ep=entry.ep or 1,
+                dp_attn=bool(entry.dp_attn),
+            )
+            share = gpus
+        else:
+            shape = dict(prefill=entry.prefill, decode=entry.decode)
+            # Multinode budgets follow the prefill worker, at most one whole node.
+            share = entry.prefill.tp * entry.prefill.pp * entry.prefill.pcp_size
+        budget = 0
+        if entry.kv_offloading != "none" and agentic.dram_utilization is not None:
+            budget = dram_budget_gb(
+                profile.available_cpu_dram_mib, profile.gpus_per_node, agentic.dram_utilization, share
+            )
+        for conc in entry.concurrencies():
+            points.append(_finish(Point(**common, **shape, conc=conc, total_cpu_dram_gb=budget)))  # type: ignore[arg-type]
+    return points
+
+
+def resolve_keys(requested: list[str], masters: Masters) -> list[str]:
+    """Check each key exists; an unknown key names the closest ones."""
+    known = list(masters.configs)
+    for key in requested:
+        if key not in masters.configs:
+            files = ", ".join(str(f) for f in masters.files)
+            raise ConfigError(files, None, key, f"unknown config key{suggest(key, known)}")
+    return requested
+
+
+def expand(keys: list[str], masters: Masters, clusters: Clusters) -> list[Point]:
+    """Points of all `keys`; point ids are unique across the result."""
+    points = [p for key in resolve_keys(keys, masters) for p in expand_key(key, masters, clusters)]
+    seen: dict[str, Point] = {}
+    for p in points:
+        if p.point_id in seen:
+            source = masters.sources[p.config_key]
+            raise ConfigError(
+                source.path, source.line, p.config_key, f"two sweep points are identical ({p.exp_name}); remove one"
+            )
+        seen[p.point_id] = p
+    return points

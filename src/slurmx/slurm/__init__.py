@@ -1,0 +1,1 @@
+"""Everything that talks to Slurm: requests, submission, the ledger, batched accounting."""

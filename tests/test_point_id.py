@@ -1,0 +1,79 @@
+"""Point ids are deterministic, ignore YAML key order and comments, and change with what runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmx.config.load import load_clusters, load_masters
+from slurmx.plan import dram_budget_gb, expand
+
+CLUSTERS = """
+hardware:
+  cluster:t:
+    available-cpu-dram-mib: 2_964_436
+    gpus-per-node: 8
+"""
+
+KEY_A = """
+k:
+  image: img
+  model: m
+  model-prefix: p
+  runner: cluster:t
+  precision: fp4
+  framework: vllm
+  multinode: false
+  scenarios:
+    agentic-coding:
+    - dram-utilization: 0.63
+      search-space:
+      - { tp: 8, ep: 1, kv-offloading: dram, kv-offload-backend: { name: lmcache, version: "1" }, conc-list: [4, 8] }
+"""
+
+# Same meaning: keys reordered, comments added, defaults spelled out.
+KEY_B = """
+k:
+  # a comment that changes nothing
+  scenarios:
+    agentic-coding:
+    - search-space:
+      - { conc-list: [4, 8], kv-offload-backend: { version: "1", name: lmcache }, kv-offloading: dram, ep: 1, tp: 8, pp: 1 }
+      dram-utilization: 0.63
+  framework: vllm
+  precision: fp4
+  multinode: false
+  runner: cluster:t
+  model-prefix: p
+  model: m
+  image: img
+"""
+
+
+def _ids(tmp_path: Path, text: str, name: str) -> list[str]:
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    (tmp_path / name).write_text(text)
+    masters = load_masters([tmp_path / name])
+    return [p.point_id for p in expand(["k"], masters, load_clusters(tmp_path / "clusters.yaml"))]
+
+
+def test_point_id_ignores_key_order_comments_and_defaults(tmp_path: Path) -> None:
+    assert _ids(tmp_path, KEY_A, "a.yaml") == _ids(tmp_path, KEY_B, "b.yaml")
+
+
+def test_point_id_is_stable_across_runs(tmp_path: Path) -> None:
+    # A recorded value: a change here means results trees written before no longer match.
+    assert _ids(tmp_path, KEY_A, "a.yaml")[0] == _ids(tmp_path, KEY_A, "c.yaml")[0]
+    assert len(_ids(tmp_path, KEY_A, "a.yaml")[0]) == 12
+
+
+def test_point_id_changes_with_what_runs(tmp_path: Path) -> None:
+    base = _ids(tmp_path, KEY_A, "a.yaml")
+    assert base != _ids(tmp_path, KEY_A.replace("0.63", "0.5"), "d.yaml")
+    assert base != _ids(tmp_path, KEY_A.replace("image: img", "image: img2"), "e.yaml")
+    assert len(set(base)) == 2
+
+
+def test_dram_budget_matches_inferencex_formula() -> None:
+    assert dram_budget_gb(2_964_436, 8, 0.63, 8) == 1889
+    assert dram_budget_gb(3_095_781, 8, 0.80, 8) == 2399  # capped at 2,861,022 MiB
+    assert dram_budget_gb(2_964_436, 8, 0.63, 4) == 944
