@@ -346,3 +346,12 @@ def expand(keys: list[str], masters: Masters, clusters: Clusters) -> list[Point]
             )
         seen[p.point_id] = p
     return points
+
+
+def server_groups(points: list[Point]) -> list[list[Point]]:
+    """Points that can share one server: same serving config, different concurrency (plan order)."""
+    groups: dict[str, list[Point]] = {}
+    for p in points:
+        shape = {k: v for k, v in p.row().items() if k not in ("conc", "exp-name")}
+        groups.setdefault(json.dumps([p.config_key, shape], sort_keys=True), []).append(p)
+    return list(groups.values())

@@ -29,13 +29,16 @@ class SlurmProfile(_Model):
     exclusive: bool = True
     time_limit_min: PositiveInt = 480
     array_parallelism: PositiveInt = 64
+    share_server: bool = False  # one job runs all concurrencies of a serving config on one server
+    signal_delay_s: PositiveInt = 120  # SIGUSR2 this long before the time limit, so teardown runs
     cpus_per_task: PositiveInt | None = None
 
 
 class RuntimeProfile(_Model):
     """How processes start on the node and where models, caches and traces live."""
 
-    kind: Literal["venv", "pyxis"] = "venv"
+    kind: Literal["venv", "pyxis", "command"] = "venv"
+    command: list[str] | None = None  # command: run this argv as the point's work (cluster smoke tests)
     engine_python: str | None = None  # venv: the Python of the vLLM (+ lmcache) environment
     aiperf_bin: str | None = None  # venv: the aiperf executable
     container_mounts: list[str] = Field(default_factory=list)  # pyxis: src:dst pairs

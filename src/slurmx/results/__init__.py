@@ -1,0 +1,1 @@
+"""The results tree: layout, point state, result.json schema, aggregation and collection."""

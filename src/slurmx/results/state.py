@@ -1,0 +1,55 @@
+"""state.json: the stage a point has reached, written by submit and by the job body."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from slurmx import atomic
+
+Stage = Literal["queued", "preflight", "lmcache", "engine", "replay", "aggregate", "done", "failed", "cancelled"]
+TERMINAL_STAGES = ("done", "failed", "cancelled")
+
+
+class StageChange(BaseModel):
+    stage: Stage
+    at: float
+
+
+class PointState(BaseModel):
+    point_id: str
+    stage: Stage = "queued"
+    attempt: int = 1
+    job_id: str | None = None  # Slurm id of this attempt, "<array>_<task>" for array tasks
+    node: str | None = None
+    reason: str | None = None  # why the point failed, one line
+    ended_by: str | None = None  # the signal that ended the attempt (SIGTERM, SIGUSR2 = time limit near)
+    submitted_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    history: list[StageChange] = Field(default_factory=list)
+
+    def advance(self, stage: Stage, reason: str | None = None) -> PointState:
+        now = time.time()
+        update: dict[str, object] = {"stage": stage, "history": [*self.history, StageChange(stage=stage, at=now)]}
+        if stage == "preflight" and self.started_at is None:
+            update["started_at"] = now
+        if stage in TERMINAL_STAGES:
+            update["ended_at"] = now
+        if reason is not None:
+            update["reason"] = reason
+        return self.model_copy(update=update)
+
+
+def read_state(path: Path) -> PointState | None:
+    try:
+        return PointState.model_validate_json(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def write_state(path: Path, state: PointState) -> None:
+    atomic.write_text(path, state.model_dump_json(indent=2) + "\n")

@@ -1,0 +1,106 @@
+"""Job states for many jobs in one call: sacct when accounting answers, squeue otherwise."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from slurmx.slurm.commands import SlurmUnavailable, run_slurm
+
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING"})
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str  # "<array>_<task>" or "<job>"
+    state: str  # Slurm's base state word: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+    node: str | None
+    elapsed: str | None
+    exit_code: str | None
+    reason: str | None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+@dataclass
+class Query:
+    """Result of one batched query, with how it was answered (for status and benchmarks)."""
+
+    jobs: dict[str, JobInfo]
+    source: str  # "sacct" or "squeue"
+    calls: int
+
+
+def _expand_ids(job_id: str) -> list[str]:
+    """'12_[2-4,7%2]' -> ['12_2', '12_3', '12_4', '12_7']; plain ids unchanged."""
+    match = re.fullmatch(r"(\d+)_\[([^\]]+)\]", job_id)
+    if not match:
+        return [job_id]
+    base, spec = match.group(1), match.group(2).split("%")[0]
+    ids = []
+    for part in spec.split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            ids.extend(f"{base}_{i}" for i in range(int(low), int(high) + 1))
+        elif part:
+            ids.append(f"{base}_{part}")
+    return ids
+
+
+def _none(value: str) -> str | None:
+    return None if value in ("", "None", "None assigned", "(null)", "Unknown") else value
+
+
+def query_sacct(job_ids: list[str]) -> dict[str, JobInfo]:
+    fields = "JobID,State,NodeList,Elapsed,ExitCode,Reason"
+    out = run_slurm(["sacct", "-n", "-P", "-X", "--format", fields, "-j", ",".join(job_ids)]).stdout
+    jobs: dict[str, JobInfo] = {}
+    ranged: dict[str, JobInfo] = {}
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) < 6:
+            continue
+        raw_id, state, node, elapsed, exit_code, reason = parts[:6]
+        # A task's own row wins over the array's '<id>_[a-b]' row, which still spans started tasks.
+        target = ranged if "[" in raw_id else jobs
+        for job_id in _expand_ids(raw_id):
+            target[job_id] = JobInfo(
+                job_id=job_id,
+                state=state.split()[0] if state else "UNKNOWN",
+                node=_none(node),
+                elapsed=_none(elapsed),
+                exit_code=_none(exit_code),
+                reason=_none(reason),
+            )
+    return {**ranged, **jobs}
+
+
+def query_squeue(job_ids: list[str]) -> dict[str, JobInfo]:
+    out = run_slurm(["squeue", "-h", "-r", "-o", "%i|%T|%N|%M|%r", "-j", ",".join(job_ids)], check=False).stdout
+    jobs: dict[str, JobInfo] = {}
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) < 5:
+            continue
+        for job_id in _expand_ids(parts[0]):
+            jobs[job_id] = JobInfo(job_id, parts[1], _none(parts[2]), _none(parts[3]), None, _none(parts[4]))
+    return jobs
+
+
+def query_jobs(job_ids: list[str]) -> Query:
+    """States of `job_ids` (array ids or task ids) in one call; squeue if accounting is down."""
+    ids = sorted({j.split("_")[0] for j in job_ids})
+    if not ids:
+        return Query({}, "none", 0)
+    try:
+        jobs = query_sacct(ids)
+    except SlurmUnavailable:
+        return Query(query_squeue(ids), "squeue", 1)
+    missing = [j for j in job_ids if j not in jobs]
+    if not missing:
+        return Query(jobs, "sacct", 1)
+    # Accounting lags sbatch by a moment: ask the queue about jobs it has not recorded yet.
+    recent = query_squeue(sorted({j.split("_")[0] for j in missing}))
+    return Query({**recent, **jobs}, "sacct+squeue", 2)

@@ -1,0 +1,181 @@
+"""Where every point of a sweep is: the results tree plus one batched accounting query."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from slurmx.results.state import read_state
+from slurmx.results.tree import PointDir, SweepDir
+from slurmx.slurm.accounting import JobInfo, Query, query_jobs
+from slurmx.slurm.ledger import PointRecord, Sweep, read_point, read_sweep
+
+# Slurm's terminal states, in the words status shows.
+_SLURM_END = {
+    "COMPLETED": "completed",
+    "FAILED": "failed",
+    "CANCELLED": "cancelled",
+    "TIMEOUT": "timeout",
+    "NODE_FAIL": "node failure",
+    "PREEMPTED": "preempted",
+    "OUT_OF_MEMORY": "out of memory",
+    "BOOT_FAIL": "node failure",
+    "DEADLINE": "timeout",
+}
+ENDED = frozenset({"completed", "failed", "cancelled", "timeout", "node failure", "preempted", "out of memory"})
+
+
+@dataclass
+class PointStatus:
+    config_key: str
+    sweep_id: str
+    point_id: str
+    parallelism: str
+    backend: str
+    conc: int | list[int]
+    state: str
+    stage: str | None
+    node: str | None
+    elapsed_s: float | None
+    attempt: int | None
+    job_id: str | None
+    reason: str | None
+    log: str | None
+    log_tail: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED or self.state == "not submitted"
+
+
+def _parallelism(row: dict[str, Any]) -> str:
+    if "tp" not in row:
+        return "multinode"
+    tp, ep, dpa = row["tp"], row.get("ep", 1), row.get("dp-attn", False)
+    label = f"DEP{tp}" if dpa and ep > 1 else f"TP{tp}"
+    for name, field in (("EP", "ep"), ("PP", "pp"), ("DCP", "dcp-size"), ("PCP", "pcp-size")):
+        if field == "ep" and (dpa or ep <= 1):
+            continue
+        if row.get(field, 1) > 1:
+            label += f"-{name}{row[field]}"
+    return label
+
+
+def _elapsed(text: str | None) -> float | None:
+    """Slurm's [D-]HH:MM:SS or MM:SS to seconds."""
+    if not text:
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def tail(path: Path, lines: int = 12) -> list[str]:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - 16384))
+            return handle.read().decode("utf-8", "replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+def explaining_log(sweep: SweepDir, point: PointDir, job_id: str | None) -> Path | None:
+    """The log most likely to explain how a point ended: its newest process log, else Slurm's."""
+    logs = sorted(point.logs.glob("*.log"), key=lambda p: p.stat().st_mtime) if point.logs.is_dir() else []
+    if logs:
+        return logs[-1]
+    if job_id:
+        for name in (f"{job_id}_0_log.out", f"{job_id}_0_log.err"):
+            candidate = sweep.submitit / name
+            if candidate.exists():
+                return candidate
+    return None
+
+
+def point_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: dict[str, JobInfo]) -> PointStatus:
+    state = read_state(point.state_json)
+    job = jobs.get(state.job_id) if state and state.job_id else None
+    stage = state.stage if state else None
+    reason = state.reason if state else None
+    if state is None:
+        label = "not submitted"
+    elif job is not None and job.active:
+        label = "pending" if job.state == "PENDING" else "running"
+        if job.state == "PENDING":
+            reason = job.reason
+    elif stage == "done":
+        label = "completed"
+    elif job is not None:
+        label = _SLURM_END.get(job.state, job.state.lower())
+        if label == "completed" and stage != "done":
+            label = "failed"
+            reason = reason or f"job ended while the point was at stage {stage}"
+    elif stage in ("failed", "cancelled"):
+        label = stage
+    elif state.job_id is None:
+        label = "unsubmitted" if stage == "queued" else str(stage)
+    else:
+        label = "unknown"
+        reason = reason or f"job {state.job_id} is not known to Slurm"
+    elapsed = _elapsed(job.elapsed) if job else None
+    if elapsed is None and state and state.started_at:
+        elapsed = (state.ended_at or time.time()) - state.started_at
+    log = explaining_log(sweep, point, state.job_id if state else None) if label in ENDED - {"completed"} else None
+    row = record.row
+    return PointStatus(
+        config_key=record.config_key,
+        sweep_id=record.sweep_id,
+        point_id=record.point_id,
+        parallelism=_parallelism(row),
+        backend=(row.get("kv-offload-backend") or {}).get("name", "none"),
+        conc=row["conc"],
+        state=label,
+        stage=stage,
+        node=(job.node if job else None) or (state.node if state else None),
+        elapsed_s=elapsed,
+        attempt=state.attempt if state else None,
+        job_id=state.job_id if state else None,
+        reason=reason,
+        log=str(log) if log else None,
+        log_tail=tail(log) if log else [],
+    )
+
+
+@dataclass
+class SweepStatus:
+    sweep: Sweep
+    path: SweepDir
+    points: list[PointStatus]
+
+
+def sweep_statuses(sweeps: Iterable[SweepDir]) -> tuple[list[SweepStatus], Query]:
+    """Statuses of every point of `sweeps`, with ONE accounting query for all of them."""
+    loaded: list[tuple[SweepDir, Sweep, list[tuple[PointRecord, PointDir]]]] = []
+    job_ids: list[str] = []
+    for sweep_dir in sweeps:
+        sweep = read_sweep(sweep_dir)
+        records = []
+        for point_id in sweep.point_ids:
+            point = sweep_dir.point(point_id)
+            if not point.point_json.exists():
+                continue
+            records.append((read_point(point), point))
+            state = read_state(point.state_json)
+            if state and state.job_id:
+                job_ids.append(state.job_id)
+        loaded.append((sweep_dir, sweep, records))
+    query = query_jobs(job_ids)
+    result = [
+        SweepStatus(sweep, sweep_dir, [point_status(sweep_dir, rec, pt, query.jobs) for rec, pt in records])
+        for sweep_dir, sweep, records in loaded
+    ]
+    return result, query

@@ -1,0 +1,110 @@
+"""kill_survivors from another process, free ports, and secret redaction."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import uuid
+
+from slurmx.node.ports import free_port, free_ports
+from slurmx.node.procscan import MARKER_ENV, find_job_processes, is_running, kill_survivors
+from slurmx.node.redact import REDACTED, is_secret_name, redact_argv, redact_env
+
+PY = sys.executable
+SLEEP = [PY, "-c", "import time; time.sleep(60)"]
+
+
+def test_kill_survivors_finds_a_detached_process_by_marker() -> None:
+    marker = f"test-{uuid.uuid4().hex[:12]}"
+    detached = subprocess.Popen(SLEEP, env={**os.environ, MARKER_ENV: marker}, start_new_session=True)
+    bystander = subprocess.Popen(SLEEP, env={**os.environ, MARKER_ENV: marker + "-other"}, start_new_session=True)
+    try:
+        assert [p.pid for p in find_job_processes(marker)] == [detached.pid]
+        killed = kill_survivors(marker)
+        assert [p.pid for p in killed] == [detached.pid]
+        assert detached.wait(timeout=5) == -9
+        assert is_running(bystander.pid)  # a marker is matched exactly, not as a prefix
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_kill_survivors_spares_the_caller_and_its_parents() -> None:
+    marker = f"test-{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, MARKER_ENV: marker}
+    sibling = subprocess.Popen(SLEEP, env=env, start_new_session=True)
+    # `slurmx cancel` or the job body may itself carry the marker; it must not kill itself
+    caller = (
+        f"from slurmx.node.procscan import kill_survivors; print(sorted(p.pid for p in kill_survivors({marker!r})))"
+    )
+    shell = subprocess.run(
+        ["sh", "-c", f"{shlex.join([PY, '-c', caller])}; echo shell-alive"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=15,
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.splitlines() == [str([sibling.pid]), "shell-alive"]
+    assert sibling.wait(timeout=5) == -9
+
+
+def test_free_ports_are_distinct_and_bindable() -> None:
+    ports = free_ports(8)
+    assert len(set(ports)) == 8
+    for port in [*ports, free_port()]:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_secret_names_are_matched_by_whole_word() -> None:
+    secret = [
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "GOOGLE_CREDENTIALS",
+        "--api-key",
+        "OPENAI_API_KEY",
+    ]
+    plain = [
+        "MAX_NUM_BATCHED_TOKENS",
+        "--max-num-batched-tokens",
+        "PYTHONHASHSEED",
+        "KEYBOARD",
+        "--tool-call-parser",
+        "SLURMX_JOB_MARKER",
+    ]
+    assert [n for n in secret if not is_secret_name(n)] == []
+    assert [n for n in plain if is_secret_name(n)] == []
+
+
+def test_redaction_of_env_and_argv() -> None:
+    assert redact_env({"HF_TOKEN": "hf_x", "VLLM_USE_V1": "1"}) == {"HF_TOKEN": REDACTED, "VLLM_USE_V1": "1"}
+    argv = [
+        "vllm",
+        "serve",
+        "m",
+        "--api-key",
+        "sk-1",
+        "--hf-token=hf_2",
+        "--port",
+        "8000",
+        "--max-num-batched-tokens",
+        "8192",
+    ]
+    assert redact_argv(argv) == [
+        "vllm",
+        "serve",
+        "m",
+        "--api-key",
+        REDACTED,
+        f"--hf-token={REDACTED}",
+        "--port",
+        "8000",
+        "--max-num-batched-tokens",
+        "8192",
+    ]

@@ -1,0 +1,368 @@
+"""The supervisor with real process trees: nothing of a job may survive its end, however it ends.
+
+Every check of "nothing survives" scans /proc itself (not through the code under test), and first
+proves the scan does see the live tree, so a broken scan cannot make a test pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmx.node.ports import free_port
+from slurmx.node.procscan import kill_survivors
+from slurmx.node.supervisor import (
+    JobInterrupted,
+    ProcessDied,
+    ReadinessTimeout,
+    Supervisor,
+)
+
+HERE = Path(__file__).resolve().parent
+PROC_TREE = HERE / "proc_tree.py"
+RUNNER = HERE / "supervisor_runner.py"
+PY = sys.executable
+
+
+# ---- helpers that do not go through the code under test --------------------------------------
+
+
+def marker_pids(marker: str) -> set[int]:
+    """Live processes started with SLURMX_JOB_MARKER=<marker> (a zombie's environ reads empty)."""
+    needle = f"SLURMX_JOB_MARKER={marker}".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.add(int(entry.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(0.02)
+
+
+_spawned: list[int] = []  # tree pids seen by this test, killed at its end even if the marker is broken
+
+
+def tree_pids(pidfile: Path) -> dict[str, list[int] | int | None]:
+    wait_for(pidfile.exists)
+    data: dict[str, list[int] | int | None] = json.loads(pidfile.read_text())
+    tree, escapee = data["tree"], data["escapee"]
+    _spawned.extend([*(tree if isinstance(tree, list) else []), *([escapee] if isinstance(escapee, int) else [])])
+    return data
+
+
+def _kill_spawned() -> None:
+    for pid in _spawned:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"proc_tree.py" in cmdline or b"time.sleep(60)" in cmdline:  # still the process we saw
+                os.kill(pid, signal.SIGKILL)
+    _spawned.clear()
+
+
+def start_tree(sup: Supervisor, tmp_path: Path, mode: str = "stay") -> tuple[list[int], int | None, int]:
+    port = free_port()
+    pidfile = tmp_path / f"tree-{uuid.uuid4().hex[:6]}.json"
+    sup.start("tree", [PY, str(PROC_TREE), str(pidfile), str(port), mode])
+    data = tree_pids(pidfile)
+    tree = data["tree"]
+    escapee = data["escapee"]
+    assert isinstance(tree, list) and (escapee is None or isinstance(escapee, int))
+    return tree, escapee, port
+
+
+def assert_job_gone(marker: str, pids: list[int]) -> None:
+    assert marker_pids(marker) == set()
+    assert [pid for pid in pids if running(pid)] == []
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    value = f"test-{uuid.uuid4().hex[:12]}"
+    yield value
+    # a failing test must not leak processes into the next one, even when the marker is what broke
+    kill_survivors(value)
+    _kill_spawned()
+
+
+# ---- teardown ---------------------------------------------------------------------------------
+
+
+def test_normal_end_leaves_no_process_behind(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=5) as sup:
+        tree, _, _ = start_tree(sup, tmp_path)
+        assert set(tree) <= marker_pids(marker)
+    report = sup.report
+    assert report is not None
+    assert_job_gone(marker, tree)
+    # the process group alone reached the whole tree: nothing was left for the /proc sweep
+    assert report.terminated == ["tree"] and report.survivors == [] and report.clean
+    assert report.reason == "normal end"
+
+
+def test_exception_in_block_leaves_no_process_behind(tmp_path: Path, marker: str) -> None:
+    with pytest.raises(RuntimeError, match="boom"), Supervisor(tmp_path, marker, grace_s=5) as sup:
+        tree, _, _ = start_tree(sup, tmp_path)
+        assert set(tree) <= marker_pids(marker)
+        raise RuntimeError("boom")
+    assert_job_gone(marker, tree)
+    assert sup.report is not None and sup.report.clean
+    assert sup.report.reason == "exception RuntimeError: boom"
+
+
+def test_grandchild_that_leaves_its_group_is_found_by_marker_and_killed(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=5) as sup:
+        tree, escapee, _ = start_tree(sup, tmp_path, mode="escape")
+        assert escapee is not None and escapee in marker_pids(marker)
+    assert_job_gone(marker, [*tree, escapee])
+    assert sup.report is not None
+    assert [p.pid for p in sup.report.survivors] == [escapee]
+    assert not sup.report.clean and sup.report.unkillable == []
+
+
+def test_child_ignoring_sigterm_is_killed_after_grace(tmp_path: Path, marker: str) -> None:
+    ignore_term = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('armed', flush=True); time.sleep(60)"
+    )
+    with Supervisor(tmp_path, marker, grace_s=0.5) as sup:
+        stubborn = sup.start("stubborn", [PY, "-c", ignore_term])
+        wait_for(lambda: "armed" in stubborn.log_path.read_text())
+        started = time.monotonic()
+    elapsed = time.monotonic() - started
+    assert 0.5 <= elapsed < 3.0
+    assert sup.report is not None
+    assert sup.report.killed == ["stubborn"] and sup.report.terminated == [] and sup.report.survivors == []
+    assert sup.wait(stubborn, timeout_s=1) == -signal.SIGKILL
+    assert_job_gone(marker, [stubborn.pid])
+
+
+def test_teardown_is_idempotent_and_refuses_new_starts(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=1) as sup:
+        sup.start("sleeper", [PY, "-c", "import time; time.sleep(60)"])
+        first = sup.teardown("requested")
+        assert sup.teardown("again") is first
+        with pytest.raises(RuntimeError, match="torn down"):
+            sup.start("late", [PY, "-c", "pass"])
+    assert sup.report is first and first.terminated == ["sleeper"]
+    assert json.loads((tmp_path / "teardown.json").read_text())["terminated"] == ["sleeper"]
+
+
+def test_stop_ends_one_process_group_and_leaves_the_others(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=2) as sup:
+        first = sup.start("first", [PY, "-c", "import time; time.sleep(60)"])
+        second = sup.start("second", [PY, "-c", "import time; time.sleep(60)"])
+        assert sup.stop(second) == "terminated"
+        assert sup.stop(second) == "exited"
+        assert not sup.alive(second) and sup.alive(first) and sup.poll(first) is None
+    assert sup.report is not None and sup.report.terminated == ["first"] and sup.report.already_exited == ["second"]
+
+
+CHATTY = "import sys, time; print('hello from child'); print('to stderr', file=sys.stderr, flush=True); time.sleep(60)"
+
+
+def test_logs_are_kept_after_teardown(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=2) as sup:
+        chatty = sup.start("chatty", [PY, "-c", CHATTY])
+        wait_for(lambda: "to stderr" in chatty.log_path.read_text())
+    assert chatty.log_path == tmp_path / "logs" / "chatty.log"
+    assert {"hello from child", "to stderr"} <= set(chatty.log_path.read_text().splitlines())
+
+
+# ---- signals, delivered to a separate job-body process ------------------------------------------
+
+
+def run_signalled_body(
+    tmp_path: Path, marker: str, signals: list[int], mode: str = "stay", grace_s: float = 5.0, body: str = "sleep"
+) -> tuple[int, dict[str, object], list[int]]:
+    argv = [PY, str(RUNNER), str(tmp_path), marker, str(free_port()), mode, str(grace_s), body]
+    runner = subprocess.Popen(argv)
+    try:
+        wait_for(lambda: (tmp_path / "runner-ready").exists() or runner.poll() is not None)
+        tree = tree_pids(tmp_path / "tree.json")["tree"]
+        assert isinstance(tree, list) and set(tree) <= marker_pids(marker)
+        time.sleep(0.1)  # let the body settle into its sleep or waitpid
+        for signum in signals:
+            os.kill(runner.pid, signum)
+            time.sleep(0.3)
+        code = runner.wait(timeout=15)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    return code, json.loads((tmp_path / "outcome.json").read_text()), tree
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR2, signal.SIGHUP], ids=lambda s: signal.Signals(s).name
+)
+def test_signal_to_job_body_leaves_no_process_behind(tmp_path: Path, marker: str, signum: int) -> None:
+    code, outcome, tree = run_signalled_body(tmp_path, marker, [signum])
+    assert_job_gone(marker, tree)
+    assert code == 128 + signum and outcome["interrupted"] == signum
+    assert outcome["previous_handler_calls"] == []  # ours overrode the submitit-like handlers ...
+    assert outcome["handlers_restored"] is True  # ... and gave them back afterwards
+    report = outcome["report"]
+    assert isinstance(report, dict)
+    assert report["terminated"] == ["tree"] and report["survivors"] == []
+    assert report["reason"] == f"signal {signal.Signals(signum).name}"
+
+
+def test_sigterm_while_body_blocks_in_wait_leaves_no_process_behind(tmp_path: Path, marker: str) -> None:
+    code, outcome, tree = run_signalled_body(tmp_path, marker, [signal.SIGTERM], body="wait")
+    assert_job_gone(marker, tree)
+    assert code == 128 + signal.SIGTERM and outcome["interrupted"] == signal.SIGTERM
+    report = outcome["report"]
+    assert isinstance(report, dict) and report["terminated"] == ["tree"] and report["survivors"] == []
+
+
+def test_second_signal_during_teardown_does_not_abort_it(tmp_path: Path, marker: str) -> None:
+    code, outcome, tree = run_signalled_body(
+        tmp_path, marker, [signal.SIGTERM, signal.SIGTERM], mode="stubborn", grace_s=1.0
+    )
+    assert_job_gone(marker, tree)
+    assert code == 128 + signal.SIGTERM
+    report = outcome["report"]
+    assert isinstance(report, dict)
+    assert report["killed"] == ["tree"] and report["survivors"] == []
+    assert report["signals"] == ["SIGTERM", "SIGTERM"]
+
+
+# ---- readiness -----------------------------------------------------------------------------------
+
+
+def test_readiness_succeeds_on_health_and_honours_expect(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=2) as sup:
+        _, _, port = start_tree(sup, tmp_path)
+        server = sup.processes[0]
+        url = f"http://127.0.0.1:{port}/health"
+        sup.wait_ready(server, url, timeout_s=5, interval_s=0.1, expect=lambda body: body == b"ok")
+        with pytest.raises(ReadinessTimeout, match="body rejected by expect"):
+            sup.wait_ready(server, url, timeout_s=0.5, interval_s=0.1, expect=lambda body: b"ready" in body)
+
+
+def test_readiness_fails_fast_with_log_tail_when_process_dies(tmp_path: Path, marker: str) -> None:
+    dies = "import time; [print(f'line {i}') for i in range(40)]; time.sleep(0.3); raise SystemExit(3)"
+    with Supervisor(tmp_path, marker, grace_s=2) as sup:
+        server = sup.start("server", [PY, "-c", dies])
+        started = time.monotonic()
+        with pytest.raises(ProcessDied) as caught:
+            sup.wait_ready(server, f"http://127.0.0.1:{free_port()}/health", timeout_s=30, interval_s=1.0)
+    assert time.monotonic() - started < 3.0
+    message = str(caught.value)
+    assert message.splitlines()[0].startswith("server exited with code 3 before http://127.0.0.1:")
+    assert caught.value.returncode == 3
+    assert caught.value.log_tail.splitlines() == [f"line {i}" for i in range(10, 40)]
+    assert "line 39" in message and str(server.log_path) in message
+
+
+def test_readiness_timeout_names_url_and_shows_log_tail(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=2) as sup:
+        slow = sup.start("slow", [PY, "-c", "import time; print('still warming up', flush=True); time.sleep(60)"])
+        wait_for(lambda: "warming" in slow.log_path.read_text())
+        url = f"http://127.0.0.1:{free_port()}/health"
+        started = time.monotonic()
+        with pytest.raises(ReadinessTimeout) as caught:
+            sup.wait_ready(slow, url, timeout_s=1.0, interval_s=0.2)
+        assert 1.0 <= time.monotonic() - started < 3.0
+    first_line, *rest = str(caught.value).splitlines()
+    assert first_line.startswith(f"slow not ready at {url} after 1 s (last probe:")
+    assert "still warming up" in rest
+
+
+def test_readiness_refuses_urls_off_the_node(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=1) as sup:
+        managed = sup.start("idle", [PY, "-c", "import time; time.sleep(60)"])
+        with pytest.raises(ValueError, match="loopback"):
+            sup.wait_ready(managed, "http://10.0.0.1:8000/health", timeout_s=1)
+
+
+# ---- commands/ ------------------------------------------------------------------------------------
+
+
+READS_OWN_RECORD = (
+    "import os, pathlib, sys; pathlib.Path(sys.argv[1]).read_text(); "
+    "print('token', os.environ['HF_TOKEN']); print('marker', os.environ['SLURMX_JOB_MARKER'])"
+)
+
+
+def test_command_is_recorded_before_start_with_secrets_redacted(tmp_path: Path, marker: str) -> None:
+    command_file = tmp_path / "commands" / "reader.txt"
+    # the child itself reads its command record: it exists before the process does
+    argv = [PY, "-c", READS_OWN_RECORD, str(command_file), "--api-key", "sk-argv", "--max-num-batched-tokens", "8192"]
+    with Supervisor(tmp_path, marker, grace_s=1) as sup:
+        reader = sup.start("reader", argv, {"HF_TOKEN": "hf_secret123", "VLLM_USE_V1": "1"})
+        assert sup.wait(reader, timeout_s=5) == 0
+    text = command_file.read_text()
+    assert "hf_secret123" not in text and "sk-argv" not in text
+    assert "# env: HF_TOKEN='***'" in text and "# env: VLLM_USE_V1=1" in text
+    shell_line, json_line = [line for line in text.splitlines() if not line.startswith("#")]
+    shown = [*argv[:-3], "***", "--max-num-batched-tokens", "8192"]
+    assert shlex.split(shell_line) == shown
+    assert json.loads(json_line) == {
+        "name": "reader",
+        "argv": shown,
+        "env_delta": {"HF_TOKEN": "***", "VLLM_USE_V1": "1"},
+        "cwd": None,
+    }
+    log = reader.log_path.read_text().splitlines()
+    assert "token hf_secret123" in log and f"marker {marker}" in log  # the process got the real values
+    assert [p.name for p in command_file.parent.iterdir()] == ["reader.txt"]  # no temp file left
+
+
+def test_command_is_recorded_even_when_the_start_fails(tmp_path: Path, marker: str) -> None:
+    # deterministic proof of "before": a process that cannot start still leaves its record
+    with Supervisor(tmp_path, marker, grace_s=1) as sup, pytest.raises(FileNotFoundError):
+        sup.start("missing", [str(tmp_path / "no-such-binary"), "--port", "1"])
+    record = (tmp_path / "commands" / "missing.txt").read_text()
+    shell_line = next(line for line in record.splitlines() if not line.startswith("#"))
+    assert shlex.split(shell_line) == [str(tmp_path / "no-such-binary"), "--port", "1"]
+
+
+def test_start_refuses_duplicate_names_and_marker_overrides(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=1) as sup:
+        sup.start("one", [PY, "-c", "pass"])
+        with pytest.raises(ValueError, match="already started"):
+            sup.start("one", [PY, "-c", "pass"])
+        with pytest.raises(ValueError, match="SLURMX_JOB_MARKER"):
+            sup.start("two", [PY, "-c", "pass"], {"SLURMX_JOB_MARKER": "other"})
+        with pytest.raises(ValueError, match="names files"):
+            sup.start("../evil", [PY, "-c", "pass"])
+
+
+def test_job_interrupted_escapes_except_exception() -> None:
+    with pytest.raises(JobInterrupted):
+        try:
+            raise JobInterrupted(signal.SIGTERM)
+        except Exception:  # noqa: BLE001 - the point: a body's broad except must not swallow it
+            pytest.fail("JobInterrupted was caught by `except Exception`")
+    assert JobInterrupted(signal.SIGUSR2).exit_code == 128 + signal.SIGUSR2
