@@ -1,0 +1,272 @@
+"""`slurmx collect`: gather result.json files into a comparison table, summaries and plots.
+
+Every result.json is validated against the schema and the validity gate; one that is not counted is
+listed with its path and reason, and the newest valid result of each point id wins. Beside each
+sweep: summary.csv, summary.json, plots/*.png (and agg_<key>.json with --format inferencex).
+Exit 0 (also when there is nothing to collect yet), 2 for a KEY or SWEEP that does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from slurmx import atomic, paths
+from slurmx.errors import UserError
+from slurmx.results import collect as col
+from slurmx.results.tree import ResultsTree
+
+# Show a progress bar from this many result files on (a TTY), or always print a count from _MANY.
+_PROGRESS_FROM = 200
+_MANY = 2000
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "collect",
+        help="collect results into a comparison table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "targets", nargs="*", metavar="KEY|SWEEP", help="config keys, sweep ids or KEY/SWEEP (default: all)"
+    )
+    parser.add_argument("--results", type=Path, metavar="DIR", help="results root (default: ./results or $SLURMX_RESULTS)")
+    parser.add_argument("--json", action="store_true", help="print rows and skipped files as JSON")
+    parser.add_argument("--csv", type=Path, metavar="PATH", help="also write every row to one CSV file")
+    parser.add_argument(
+        "--format",
+        choices=("table", "inferencex"),
+        default="table",
+        help="inferencex: also write InferenceX's agg_<key>.json (a list of aggregates) beside each sweep",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="do not write plots/*.png")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = args.results or paths.default_results()
+    tree = ResultsTree(root)
+    sweeps, missing = col.find_sweeps(tree, list(args.targets))
+    if missing:
+        known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        hint = f" (keys under {root}: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''})" if known else ""
+        raise UserError(f"no config key or sweep named {', '.join(missing)} in {root}{hint}")
+    err = Console(stderr=True)
+    listed = {s.path: col.result_files(s) for s in sweeps}
+    files = sum(len(v) for v in listed.values())
+    if files == 0:
+        note = f"nothing to collect: no result.json under {root}"
+        if args.json:
+            json.dump({"root": str(root), "sweeps": [], "skipped": [], "note": note}, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            err.print(note)
+        return 0
+
+    with _progress(err, files) as advance:
+        collection = col.collect(sweeps, on_file=advance, files=listed)
+
+    written: list[Path] = []
+    for sr in collection.sweeps:
+        if not sr.rows and not sr.skipped:
+            continue
+        col.write_summaries(sr)
+        written += [sr.sweep.summary_csv, sr.sweep.summary_json]
+        if args.format == "inferencex":
+            path = col.inferencex_path(sr.sweep)
+            atomic.write_json(path, col.inferencex_list(sr.rows))
+            written.append(path)
+    plot_note = None if args.no_plots else _plots(collection, written)
+    if args.csv:
+        atomic.write_text(args.csv, col.csv_text(col.sorted_rows(collection.rows)))
+        written.append(args.csv)
+
+    try:
+        _report(args, collection, root, written, plot_note, err)
+    except BrokenPipeError:  # `slurmx collect | head` is fine; silence the flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _report(
+    args: argparse.Namespace,
+    collection: col.Collection,
+    root: Path,
+    written: list[Path],
+    plot_note: str | None,
+    err: Console,
+) -> None:
+    if args.json:
+        _print_json(collection, root, written, plot_note)
+    else:
+        _print_tables(collection)
+        _print_skipped(err, collection)
+        if plot_note:
+            err.print(plot_note)
+        shown = ", ".join(_short(p, root) for p in written[:6]) + (" ..." if len(written) > 6 else "")
+        err.print(f"wrote {len(written)} file(s): {shown}", soft_wrap=True, markup=False, highlight=False)
+
+
+@contextmanager
+def _progress(err: Console, files: int) -> Iterator[Callable[[int], None] | None]:
+    if err.is_terminal and files >= _PROGRESS_FROM:
+        columns = (TextColumn("collecting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=err, transient=True) as progress:
+            task = progress.add_task("collect", total=files)
+            yield lambda n: progress.advance(task, n)
+        return
+    if files >= _MANY:
+        err.print(f"collecting {files} result files ...")
+    yield None
+
+
+def _plots(collection: col.Collection, written: list[Path]) -> str | None:
+    from slurmx.results import plots
+
+    if not plots.available():
+        return "plots skipped: matplotlib is not installed (pip install 'slurmx[plots]')"
+    for sr in collection.sweeps:
+        inputs = [r.path for r in sr.rows] + [s.path for s in sr.skipped]
+        if sr.rows and not plots.up_to_date(sr.sweep.plots, inputs):
+            title = f"{sr.sweep.config_key}  (sweep {sr.sweep.sweep_id}, {len(sr.rows)} points)"
+            written += plots.write_sweep_plots(sr.rows, sr.sweep.plots, title, inputs)
+    return None
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None:
+        return "-"
+    return format(value, spec)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+_HEADERS = (
+    ("parallelism", "<"), ("arm", "<"), ("conc", ">"), ("tok/s/GPU", ">"), ("tok/s/user", ">"),
+    ("TTFT p50 s", ">"), ("TTFT p90 s", ">"), ("e2e p90 s", ">"), ("err %", ">"), ("GPU hit", ">"),
+    ("CPU hit", ">"), ("ext hit", ">"), ("tput vs base", ">"), ("TTFT p90 vs base", ">"),
+)  # fmt: skip
+# rich renders ~1 ms per row; beyond this many rows a plain fixed-width table keeps collect fast
+_RICH_MAX_ROWS = 300
+
+
+def _cells(v: dict[str, Any]) -> list[str]:
+    return [
+        v["parallelism"], v["arm"], str(v["conc"]), _fmt(v["tput_per_gpu"], ".1f"), _fmt(v["intvty_p50"], ".1f"),
+        _fmt(v["ttft_p50_s"], ".3f"), _fmt(v["ttft_p90_s"], ".3f"), _fmt(v["e2el_p90_s"], ".2f"),
+        f"{100 * v['error_rate']:.1f}", _pct(v["gpu_hit_rate"]), _pct(v["cpu_hit_rate"]),
+        _pct(v["external_hit_rate"]), _ratio(v["tput_ratio"]), _ratio(v["ttft_p90_ratio"]),
+    ]  # fmt: skip
+
+
+def _print_tables(collection: col.Collection) -> None:
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    by_key: dict[str, list[col.Row]] = {}
+    for row in col.sorted_rows(collection.rows):
+        by_key.setdefault(row.values["config_key"], []).append(row)
+    plain = len(collection.rows) > _RICH_MAX_ROWS
+    for key, rows in by_key.items():
+        sweeps = sorted({r.values["sweep_id"] for r in rows})
+        title = f"{key}: {len(rows)} points (sweep {', '.join(sweeps)})"
+        groups: list[list[list[str]]] = []
+        previous = None
+        for row in rows:
+            group = (row.values["parallelism"], row.values["arm"])
+            if group != previous:
+                groups.append([])
+                previous = group
+            groups[-1].append(_cells(row.values))
+        if plain:
+            sys.stdout.write(_plain_table(title, groups))
+        else:
+            table = Table(title=title, title_justify="left")
+            for name, align in _HEADERS:
+                table.add_column(name, justify="left" if align == "<" else "right", no_wrap=True)
+            for i, group_rows in enumerate(groups):
+                if i:
+                    table.add_section()
+                for cells in group_rows:
+                    table.add_row(*cells)
+            console.print(table)
+        bases = sorted({r.values["baseline_arm"] for r in rows if r.values["baseline_arm"]})
+        if bases:
+            sys.stdout.write(f"  ratios are over the {' / '.join(bases)} arm at the same parallelism and concurrency\n")
+        sys.stdout.flush()
+
+
+def _plain_table(title: str, groups: list[list[list[str]]]) -> str:
+    widths = [len(name) for name, _ in _HEADERS]
+    for group in groups:
+        for cells in group:
+            widths = [max(w, len(c)) for w, c in zip(widths, cells)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(format(c, f"{a}{w}") for c, (_, a), w in zip(cells, _HEADERS, widths)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    out = [title, line([name for name, _ in _HEADERS]), rule]
+    for i, group in enumerate(groups):
+        if i:
+            out.append("")
+        out.extend(line(cells) for cells in group)
+    return "\n".join(out) + "\n"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _print_skipped(err: Console, collection: col.Collection) -> None:
+    skipped = collection.skipped
+    invalid = [s for s in skipped if s.kind == "invalid"]
+    superseded = [s for s in skipped if s.kind == "superseded"]
+    if invalid:
+        err.print(f"[bold yellow]{len(invalid)} result file(s) not counted:[/]")
+        for s in invalid:
+            err.print(f"  {s.path}: {s.reason}", markup=False, highlight=False, soft_wrap=True)
+    if superseded:
+        err.print(f"{len(superseded)} older result(s) superseded by a newer one for the same point:")
+        for s in superseded:
+            err.print(f"  {s.path}: {s.reason}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_json(collection: col.Collection, root: Path, written: list[Path], plot_note: str | None) -> None:
+    out = {
+        "root": str(root),
+        "sweeps": [
+            {
+                "config_key": sr.sweep.config_key,
+                "sweep_id": sr.sweep.sweep_id,
+                "path": str(sr.sweep.path),
+                "rows": [r.values for r in col.sorted_rows(sr.rows)],
+                "skipped": [s.json() for s in sr.skipped],
+            }
+            for sr in collection.sweeps
+        ],
+        "skipped": [s.json() for s in collection.skipped],
+        "written": [str(p) for p in written],
+    }
+    if plot_note:
+        out["note"] = plot_note
+    json.dump(out, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def _short(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,643 @@
+"""aiperf artifacts (+ engine /metrics scraped before and after the replay) -> one Result.
+
+Inputs, as aiperf 0.13 writes them into the point's aiperf/ directory:
+- profile_export.jsonl (required): one record per request, `metadata` (benchmark_phase,
+  request_start_ns, request_end_ns, was_cancelled, ...), `metrics` ({name: {value, unit}}, latencies
+  in ms), `error` (null or an object).
+- profile_export_aiperf.json: run-level statistics, `was_cancelled`, `error_summary`, and
+  `metadata.dataset` when a public dataset was replayed.
+- server_metrics_export.json: the engine's /metrics over the benchmark window,
+  {"metrics": {name: {"type", "series": [{"labels", "stats": {...}}]}}}; counters carry the window's
+  delta as stats.total.
+
+The statistics follow InferenceX's agentic aggregation exactly (see schema.py for the facts);
+cache hit rates come preferably from the engine counters scraped right before and right after the
+replay (their difference covers exactly this point's requests, even on a server shared by
+several points), else from aiperf's server-metrics export.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+from slurmx import atomic
+from slurmx.results import prometheus
+from slurmx.results.schema import (
+    ComponentMeta,
+    KvCache,
+    KvOffload,
+    PerGpu,
+    PromptBySource,
+    QpsStats,
+    Rate,
+    RequestAccounting,
+    RequestCache,
+    RequestMetrics,
+    Result,
+    ServerCache,
+    ServerMetrics,
+    ServerTokens,
+    SlurmxMeta,
+    Stats,
+    Throughput,
+    TokenStats,
+    Latency,
+)
+
+PROFILE_JSONL = "profile_export.jsonl"
+PROFILE_JSON = "profile_export_aiperf.json"
+SERVER_METRICS_JSON = "server_metrics_export.json"
+_STAT_KEYS = ("mean", "p50", "p75", "p90", "p95", "std")
+
+
+class ArtifactError(ValueError):
+    """The replay's artifacts are missing or unreadable; the message names the file."""
+
+
+# ---------------------------------------------------------------- public entry point
+
+
+def build_result(
+    point: dict[str, Any],
+    artifact_dir: Path,
+    *,
+    slurmx_meta: dict[str, Any],
+    engine_metrics_before: str | None = None,
+    engine_metrics_after: str | None = None,
+    engine_log: Path | None = None,
+) -> Result:
+    """The aggregate of one point's replay.
+
+    `point` is the InferenceX row (Point.row()) plus "point-id" (and optionally "config-key");
+    `slurmx_meta` holds the SlurmxMeta fields not derivable from the point (sweep_id, attempt,
+    slurm_job_id, node, backend_version, started_at, ended_at, ...).
+    `engine_metrics_before/after` are the engine's /metrics text scraped right before and after the
+    replay; `engine_log` the engine's log, for the KV-cache pool size (kv_cache_pool_tokens).
+    """
+    artifact_dir = Path(artifact_dir)
+    records, accounting = load_records(artifact_dir / PROFILE_JSONL)
+    profile = _load_json(artifact_dir / PROFILE_JSON)
+    server_export = _load_json(artifact_dir / SERVER_METRICS_JSON)
+
+    gpus = _gpu_count(point)
+    request_metrics = compute_request_metrics(records, profile)
+    totals = request_metrics.throughput
+    if totals.total is not None and gpus > 0:
+        request_metrics.throughput.per_gpu = PerGpu(
+            total_tput_tps=totals.total.tokens_per_second / gpus,
+            output_tput_tps=totals.output.tokens_per_second / gpus if totals.output else 0.0,
+            input_tput_tps=totals.input.tokens_per_second / gpus if totals.input else 0.0,
+        )
+
+    server_metrics, source = compute_server_metrics(
+        records, server_export, engine_metrics_before, engine_metrics_after
+    )
+    if engine_log is not None:
+        server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_log)
+    meta = _slurmx_meta(point, profile, slurmx_meta, source)
+    backend = point.get("kv-offload-backend")
+    router = point.get("router")
+    dataset = (profile.get("metadata") or {}).get("dataset") if isinstance(profile, dict) else None
+    return Result(
+        hw=str(point.get("runner", "")),
+        conc=int(point["conc"]),
+        image=str(point.get("image", "")),
+        recipe_fingerprint=point.get("recipe-fingerprint") or recipe_fingerprint(point),
+        model=str(point.get("model", "")),
+        infmax_model_prefix=str(point.get("model-prefix", "")),
+        framework=str(point.get("framework", "")),
+        precision=str(point.get("precision", "")),
+        spec_decoding=str(point.get("spec-decoding", "none")),
+        disagg=bool(point.get("disagg", False)),
+        scenario_type=str(point.get("scenario-type", "agentic-coding")),
+        is_multinode=False,
+        num_gpus=gpus,
+        tp=int(point.get("tp", 1)),
+        ep=int(point.get("ep", 1)),
+        dp_attention="true" if point.get("dp-attn") else "false",
+        pp=int(point.get("pp", 1)),
+        dcp_size=int(point.get("dcp-size", 1)),
+        pcp_size=int(point.get("pcp-size", 1)),
+        kv_offloading=str(point.get("kv-offloading", "none")),
+        kv_offload_backend=ComponentMeta(**_with_version(backend, meta.backend_version)) if backend else None,
+        allocated_cpu_dram_gb=int(point.get("total-cpu-dram-gb", 0)),
+        router=ComponentMeta(**router) if router else None,
+        kv_p2p_transfer=point.get("kv-p2p-transfer"),
+        dataset=dataset if isinstance(dataset, dict) else None,
+        num_requests_total=accounting.records_total,
+        num_requests_successful=len(records),
+        request_accounting=accounting,
+        request_metrics=request_metrics,
+        server_metrics=server_metrics,
+        kv_cache_pool_tokens=server_metrics.kv_cache.gpu_total_tokens,
+        warnings=_warnings(server_metrics, source) or None,
+        slurmx=meta,
+    )
+
+
+def write_result(path: Path, result: Result) -> None:
+    """result.json, atomically: a reader sees the whole file or none (collect relies on it)."""
+    atomic.write_json(path, result.dump())
+
+
+def recipe_fingerprint(point: dict[str, Any]) -> str:
+    """sha256 of the row without conc and names derived from it (InferenceX's recipe-fingerprint idea)."""
+    drop = {"conc", "exp-name", "point-id", "config-key", "slurm-request", "recipe-fingerprint"}
+    canonical = {k: v for k, v in point.items() if k not in drop}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_records(path: Path) -> tuple[list[dict[str, Any]], RequestAccounting]:
+    """Profiling-phase, error-free records and the accounting of everything dropped."""
+    if not path.is_file():
+        raise ArtifactError(f"{path}: missing (aiperf wrote no per-request records)")
+    records: list[dict[str, Any]] = []
+    acc = RequestAccounting()
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ArtifactError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            acc.records_total += 1
+            phase = (obj.get("metadata") or {}).get("benchmark_phase")
+            warmup = phase is not None and phase != "profiling"
+            error = obj.get("error")
+            if warmup:
+                acc.records_warmup_dropped += 1
+            if error:
+                acc.records_error_dropped += 1
+                category = _error_category(error)
+                acc.error_categories[category] = acc.error_categories.get(category, 0) + 1
+            if error or warmup:
+                continue
+            records.append(obj)
+    acc.records_profiled = len(records)
+    acc.records_dropped_total = acc.records_total - len(records)
+    return records, acc
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: not JSON ({exc.msg})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _error_category(error: Any) -> str:
+    if isinstance(error, dict):
+        for key in ("type", "error_type", "code", "class", "status"):
+            value = error.get(key)
+            if value not in (None, ""):
+                return str(value)
+        message = error.get("message") or error.get("error")
+    else:
+        message = error
+    if not message:
+        return "unknown"
+    first_line = str(message).strip().splitlines()[0]
+    return (first_line.split(":", 1)[0] or "unknown")[:120]
+
+
+# ---------------------------------------------------------------- request metrics
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (InferenceX's aggregation_common.percentile)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * (p / 100)
+    lo = int(k)
+    if lo + 1 >= len(ordered):
+        return ordered[lo]
+    return ordered[lo] + (k - lo) * (ordered[lo + 1] - ordered[lo])
+
+
+def stats(values: list[float]) -> Stats:
+    if not values:
+        return Stats()
+    ordered = sorted(values)
+    return Stats(
+        mean=statistics.fmean(values),
+        p50=percentile(ordered, 50),
+        p75=percentile(ordered, 75),
+        p90=percentile(ordered, 90),
+        p95=percentile(ordered, 95),
+        std=statistics.pstdev(values) if len(values) > 1 else 0.0,
+    )
+
+
+def _inverse(rate_of: Stats, per_request: list[float]) -> Stats:
+    """tokens/s per user from seconds per token: 1/x of each statistic, so p90 is the slow tail."""
+    out: dict[str, float] = {}
+    for key in ("mean", "p50", "p75", "p90", "p95"):
+        value = getattr(rate_of, key)
+        if value is not None and value > 0:
+            out[key] = 1.0 / value
+    inverted = [1.0 / v for v in per_request if v > 0]
+    if inverted:
+        out["std"] = statistics.pstdev(inverted) if len(inverted) > 1 else 0.0
+    return Stats(**out)
+
+
+def _value(record: dict[str, Any], key: str) -> float | None:
+    metric = (record.get("metrics") or {}).get(key)
+    if isinstance(metric, dict):
+        metric = metric.get("value")
+    if metric is None or isinstance(metric, bool):
+        return None
+    try:
+        value = float(metric)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _values(records: list[dict[str, Any]], key: str) -> list[float]:
+    return [v for r in records if (v := _value(r, key)) is not None]
+
+
+def _seconds(records: list[dict[str, Any]], key: str) -> list[float]:
+    return [v / 1000.0 for v in _values(records, key) if v > 0]
+
+
+def compute_request_metrics(records: list[dict[str, Any]], profile: dict[str, Any]) -> RequestMetrics:
+    ttft = _seconds(records, "time_to_first_token")
+    e2el = _seconds(records, "request_latency")
+    itl = _seconds(records, "inter_token_latency")
+    full_itl = _seconds(records, "full_response_inter_token_latency")
+    itl_stats = stats(itl)
+    full_itl_stats = stats(full_itl)
+    # seconds of the whole request per output token, paired within each record
+    e2e_per_token: list[float] = []
+    for r in records:
+        latency_ms, out_tokens = _value(r, "request_latency"), _value(r, "output_sequence_length")
+        if latency_ms is not None and out_tokens is not None and latency_ms > 0 and out_tokens > 0:
+            e2e_per_token.append(latency_ms / 1000.0 / out_tokens)
+    latency = Latency(
+        ttft=stats(ttft),
+        e2el=stats(e2el),
+        itl=itl_stats,
+        tpot=itl_stats,
+        intvty=_inverse(itl_stats, itl),
+        e2e_norm_intvty=_inverse(stats(e2e_per_token), e2e_per_token),
+        full_response_itl=full_itl_stats,
+        full_response_intvty=_inverse(full_itl_stats, full_itl),
+    )
+    isl = _values(records, "input_sequence_length")
+    osl = _values(records, "output_sequence_length")
+    tokens = TokenStats(input=stats(isl), output_actual=stats(osl))
+    return RequestMetrics(
+        qps=_qps(records),
+        latency=latency,
+        tokens=tokens,
+        throughput=_throughput(records, isl, osl),
+        cache=RequestCache(theoretical_cache_hit_rate=_theoretical_hit_rate(profile)),
+    )
+
+
+def _meta_ns(record: dict[str, Any], key: str) -> int | None:
+    value = (record.get("metadata") or {}).get(key)
+    return int(value) if value else None
+
+
+def _qps(records: list[dict[str, Any]]) -> QpsStats:
+    ends = sorted(ns / 1e9 for r in records if (ns := _meta_ns(r, "request_end_ns")) is not None)
+    if len(ends) < 2 or ends[-1] - ends[0] <= 0:
+        return QpsStats()
+    window = 1.0
+    values: list[float] = []
+    start, i = ends[0], 0
+    while start + window <= ends[-1]:
+        while i < len(ends) and ends[i] < start:
+            i += 1
+        j = i
+        while j < len(ends) and ends[j] < start + window:
+            j += 1
+        values.append((j - i) / window)
+        start += window
+    if not values:
+        return QpsStats(mean=len(ends) / (ends[-1] - ends[0]), window_seconds=window, samples=0)
+    s = stats(values)
+    return QpsStats(window_seconds=window, samples=len(values), **s.model_dump())
+
+
+def _throughput(records: list[dict[str, Any]], isl: list[float], osl: list[float]) -> Throughput:
+    starts = [ns for r in records if (ns := _meta_ns(r, "request_start_ns")) is not None]
+    ends = [ns for r in records if (ns := _meta_ns(r, "request_end_ns")) is not None]
+    if not starts or not ends:
+        return Throughput()
+    duration = (max(ends) - min(starts)) / 1e9
+    if duration <= 0:
+        return Throughput()
+    total_in, total_out = sum(isl), sum(osl)
+    return Throughput(
+        input=Rate(tokens_per_second=total_in / duration),
+        output=Rate(tokens_per_second=total_out / duration),
+        total=Rate(tokens_per_second=(total_in + total_out) / duration),
+        duration_seconds=duration,
+    )
+
+
+def _theoretical_hit_rate(profile: dict[str, Any]) -> float | None:
+    metric = profile.get("theoretical_prefix_cache_hit")
+    if not isinstance(metric, dict):
+        return None
+    hits, count = metric.get("sum"), metric.get("count")
+    if isinstance(hits, (int, float)) and isinstance(count, (int, float)) and count > 0:
+        return float(hits) / float(count)
+    avg = metric.get("avg")
+    if not isinstance(avg, (int, float)):
+        return None
+    return float(avg) / 100.0 if str(metric.get("unit", "")).strip() == "%" else float(avg)
+
+
+# ---------------------------------------------------------------- server metrics
+
+# vLLM counter names without the `_total` suffix (aiperf's export strips it; the raw text keeps it)
+_PREFIX_QUERIES = "vllm:prefix_cache_queries"
+_PREFIX_HITS = "vllm:prefix_cache_hits"
+_EXT_QUERIES = "vllm:external_prefix_cache_queries"
+_EXT_HITS = "vllm:external_prefix_cache_hits"
+_PROMPT = "vllm:prompt_tokens"
+_GENERATION = "vllm:generation_tokens"
+# vLLM 0.32: source = device | host | p2p | disk | external_unspecified
+_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source"
+# vLLM 0.32: source = local_compute | local_cache_hit | external_kv_transfer (what InferenceX reads)
+_PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source"
+_GPU_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_CPU_USAGE = "vllm:cpu_kv_cache_usage_perc"
+_OFFLOAD = {
+    "bytes_gpu_to_cpu": "vllm:kv_offload_bytes_gpu_to_cpu",
+    "bytes_cpu_to_gpu": "vllm:kv_offload_bytes_cpu_to_gpu",
+    "time_gpu_to_cpu": "vllm:kv_offload_time_gpu_to_cpu",
+    "time_cpu_to_gpu": "vllm:kv_offload_time_cpu_to_gpu",
+}
+
+
+class _Counters:
+    """Counter deltas and gauges by metric name (without `_total`), from either source."""
+
+    def __init__(self) -> None:
+        self.delta: dict[str, float] = {}
+        self.by_label: dict[str, dict[str, float]] = {}
+        self.gauge_max: dict[str, float] = {}
+        self.names: set[str] = set()
+
+    def get(self, name: str) -> float | None:
+        return self.delta.get(name)
+
+
+def _strip_total(name: str) -> str:
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+def counters_from_scrapes(before: str, after: str) -> _Counters:
+    """after - before for every counter series; gauges from `after`."""
+    out = _Counters()
+    start = {(s.name, s.labels): s.value for s in prometheus.iter_samples(before)}
+    for s in prometheus.iter_samples(after):
+        out.names.add(_strip_total(s.name))
+        if s.name.endswith("_total"):
+            name = _strip_total(s.name)
+            delta = s.value - start.get((s.name, s.labels), 0.0)
+            if delta < 0:  # counter reset (engine restarted between scrapes): count from zero
+                delta = s.value
+            out.delta[name] = out.delta.get(name, 0.0) + delta
+            source = s.label("source")
+            if source is not None:
+                bucket = out.by_label.setdefault(name, {})
+                bucket[source] = bucket.get(source, 0.0) + delta
+        elif not s.name.endswith(("_bucket", "_sum", "_count", "_created")):
+            out.gauge_max[s.name] = max(out.gauge_max.get(s.name, -math.inf), s.value)
+    return out
+
+
+def counters_from_export(export: dict[str, Any]) -> _Counters:
+    """aiperf's server_metrics_export.json: counters' stats.total is the window delta, gauges' stats.max."""
+    out = _Counters()
+    metrics = export.get("metrics") if isinstance(export, dict) else None
+    if not isinstance(metrics, dict):
+        return out
+    for raw_name, entry in metrics.items():
+        if not isinstance(entry, dict):
+            continue
+        name = _strip_total(raw_name)
+        out.names.add(name)
+        kind = str(entry.get("type", "")).lower()
+        for series in entry.get("series") or []:
+            st = series.get("stats") if isinstance(series, dict) else None
+            if not isinstance(st, dict):
+                continue
+            if kind == "counter":
+                value = _first_number(st, ("total", "sum", "max", "avg"))
+                if value is None:
+                    continue
+                out.delta[name] = out.delta.get(name, 0.0) + value
+                source = (series.get("labels") or {}).get("source")
+                if source is not None:
+                    bucket = out.by_label.setdefault(name, {})
+                    bucket[str(source)] = bucket.get(str(source), 0.0) + value
+            elif kind == "gauge":
+                value = _first_number(st, ("max", "avg", "total"))
+                if value is not None:
+                    out.gauge_max[name] = max(out.gauge_max.get(name, -math.inf), value)
+    return out
+
+
+def _first_number(stats_: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        value = stats_.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def _rate(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+def _fraction(value: float | None) -> float | None:
+    """Usage gauges are exported as 0..1 or 0..100 depending on the engine version."""
+    if value is None:
+        return None
+    return value / 100.0 if value > 1.5 else value
+
+
+def compute_server_metrics(
+    records: list[dict[str, Any]],
+    export: dict[str, Any],
+    before: str | None,
+    after: str | None,
+) -> tuple[ServerMetrics, str]:
+    exported = counters_from_export(export)
+    if before is not None and after is not None:
+        counters, source = counters_from_scrapes(before, after), "scrape-delta"
+        # gauges seen over the whole window beat a single scrape
+        for name, value in exported.gauge_max.items():
+            counters.gauge_max[name] = max(counters.gauge_max.get(name, -math.inf), value)
+    elif exported.names:
+        counters, source = exported, "aiperf-export"
+    else:
+        counters, source = _Counters(), "none"
+
+    present = bool(counters.names)
+    hits, queries = counters.get(_PREFIX_HITS), counters.get(_PREFIX_QUERIES)
+    ext_hits, ext_queries = counters.get(_EXT_HITS), counters.get(_EXT_QUERIES)
+    gpu_rate = _rate(hits, queries)
+    ext_rate = _rate(ext_hits, ext_queries)
+    cache = ServerCache(
+        gpu_cache_hit_rate=gpu_rate,
+        cpu_cache_hit_rate=ext_rate,
+        external_cache_hit_rate=ext_rate,
+        prefix_cache_hits=hits,
+        prefix_cache_queries=queries,
+        external_prefix_cache_hits=ext_hits,
+        external_prefix_cache_queries=ext_queries,
+    )
+    prompt_total = counters.get(_PROMPT)
+    by_source = PromptBySource()
+    cached = counters.by_label.get(_CACHED_BY_SOURCE, {})
+    split = counters.by_label.get(_PROMPT_BY_SOURCE, {})
+    if cached:
+        cache.cached_tokens_by_source = cached
+    if split:
+        # InferenceX's rule: prompt tokens split by where they came from (vLLM >= 0.11)
+        local, external, computed = (
+            split.get("local_cache_hit"),
+            split.get("external_kv_transfer"),
+            split.get("local_compute"),
+        )
+        whole = sum(split.values())
+        if whole > 0:
+            if local is not None:
+                cache.gpu_cache_hit_rate = local / whole
+            if external is not None:
+                cache.cpu_cache_hit_rate = cache.external_cache_hit_rate = external / whole
+            cache.overall_cache_hit_rate = ((local or 0.0) + (external or 0.0)) / whole
+        by_source = PromptBySource(
+            gpu_cache_hit=local, cpu_or_external_cache_hit=external, computed=computed, raw=split
+        )
+    elif gpu_rate is not None:
+        cache.overall_cache_hit_rate = gpu_rate
+    # slurmx refinement: when vLLM says which tier served cached tokens, CPU means host DRAM only
+    host = cached.get("host")
+    whole_prompt = sum(split.values()) if split else prompt_total
+    if host and whole_prompt:
+        cache.cpu_cache_hit_rate = host / whole_prompt
+
+    gpu_usage = max((counters.gauge_max[n] for n in _GPU_USAGE if n in counters.gauge_max), default=None)
+    offload = {field: counters.get(name) for field, name in _OFFLOAD.items()}
+    kv_offload = KvOffload(
+        **offload,
+        bandwidth_gpu_to_cpu_bytes_per_second=_rate(offload["bytes_gpu_to_cpu"], offload["time_gpu_to_cpu"]),
+        bandwidth_cpu_to_gpu_bytes_per_second=_rate(offload["bytes_cpu_to_gpu"], offload["time_cpu_to_gpu"]),
+    )
+    generation_total = counters.get(_GENERATION)
+    isl = sum(_values(records, "input_sequence_length"))
+    osl = sum(_values(records, "output_sequence_length"))
+    tokens = ServerTokens(
+        prompt_total=round(prompt_total) if prompt_total is not None else (round(isl) if records else None),
+        generation_total=round(generation_total) if generation_total is not None else (round(osl) if records else None),
+        requests_completed=len(records),
+        prompt_by_source=by_source,
+    )
+    metrics = ServerMetrics(
+        present=present,
+        adapter="vllm" if any(n.startswith("vllm:") for n in counters.names) else "none",
+        metric_count=len(counters.names),
+        cache=cache,
+        kv_cache=KvCache(
+            gpu_usage_pct=_fraction(gpu_usage),
+            cpu_usage_pct=_fraction(counters.gauge_max.get(_CPU_USAGE)),
+        ),
+        kv_offload=kv_offload,
+        tokens=tokens,
+    )
+    return metrics, source
+
+
+def _warnings(server: ServerMetrics, source: str) -> list[str]:
+    out = []
+    if source == "none":
+        out.append("no engine metrics: neither before/after scrapes nor server_metrics_export.json")
+    return out
+
+
+_KV_SIZE = re.compile(r"(?:GPU|CPU) KV cache size:\s*(?P<tokens>[\d,]+)\s*tokens")
+_ENGINE_TAG = re.compile(r"\((?P<tag>EngineCore(?:_DP\d+)?)\s+pid=\d+\)")
+
+
+def kv_pool_tokens(engine_log: Path) -> int | None:
+    """Tokens of KV cache the engine allocated, from vLLM's "GPU KV cache size: N tokens" log line
+    ("CPU KV cache size" on the CPU build); the last line per engine core, summed over DP ranks."""
+    try:
+        text = engine_log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    per_engine: dict[str, int] = {}
+    for line in text.splitlines():
+        if "KV cache size" not in line or not (size := _KV_SIZE.search(line)):
+            continue
+        tag = _ENGINE_TAG.search(line)
+        per_engine[tag.group("tag") if tag else "EngineCore"] = int(size.group("tokens").replace(",", ""))
+    return sum(per_engine.values()) if per_engine else None
+
+
+# ---------------------------------------------------------------- identity helpers
+
+
+def _gpu_count(point: dict[str, Any]) -> int:
+    return int(point.get("tp", 1)) * int(point.get("pp", 1)) * int(point.get("pcp-size", 1))
+
+
+def _with_version(backend: dict[str, Any], ran_version: str | None) -> dict[str, Any]:
+    out = {"name": backend["name"]}
+    version = backend.get("version") or ran_version
+    if version:
+        out["version"] = str(version)
+    return out
+
+
+def _slurmx_meta(
+    point: dict[str, Any], profile: dict[str, Any], given: dict[str, Any], source: str
+) -> SlurmxMeta:
+    fields = dict(given)
+    fields.setdefault("point_id", point.get("point-id", ""))
+    fields.setdefault("config_key", point.get("config-key", ""))
+    fields.setdefault("exp_name", point.get("exp-name", ""))
+    fields.setdefault("was_cancelled", bool(profile.get("was_cancelled", False)))
+    if profile.get("is_complete") is False:
+        fields.setdefault("incomplete_reason", str(profile.get("incomplete_reason") or "aiperf marked the run incomplete"))
+    if profile.get("aiperf_version"):
+        fields.setdefault("aiperf_version", str(profile["aiperf_version"]))
+    errors = _aiperf_error_count(profile)
+    if errors is not None:
+        fields.setdefault("aiperf_error_count", errors)
+    fields["engine_metrics_source"] = source
+    return SlurmxMeta(**fields)
+
+
+def _aiperf_error_count(profile: dict[str, Any]) -> int | None:
+    summary = profile.get("error_summary")
+    if not isinstance(summary, list):
+        return None
+    return sum(int(item.get("count", 0)) for item in summary if isinstance(item, dict))

@@ -1,0 +1,351 @@
+"""Read every result.json of a results tree into rows: validated, gated, de-duplicated, compared.
+
+Nothing is dropped silently: a file that does not parse, does not match the schema or fails the
+validity gate becomes a `Skipped` with its path and reason; a valid result replaced by a newer one
+for the same point id becomes a `Skipped` of kind "superseded".
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from slurmx import atomic
+from slurmx.results import gate
+from slurmx.results.schema import Result
+from slurmx.results.tree import ResultsTree, SweepDir
+
+RESULT_NAME = "result.json"
+BASELINE_ARM = "none"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: Path
+    reason: str
+    kind: str = "invalid"  # invalid | superseded
+
+    def json(self) -> dict[str, str]:
+        return {"path": str(self.path), "reason": self.reason, "kind": self.kind}
+
+
+@dataclass
+class Row:
+    """One valid result, flattened to what the table, the CSV and the plots show."""
+
+    path: Path
+    config_key: str
+    sweep_id: str
+    result: Result
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def point_id(self) -> str:
+        return str(self.values["point_id"])
+
+
+@dataclass
+class SweepResults:
+    sweep: SweepDir
+    rows: list[Row] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+@dataclass
+class Collection:
+    sweeps: list[SweepResults]
+
+    @property
+    def rows(self) -> list[Row]:
+        return [row for s in self.sweeps for row in s.rows]
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        return [sk for s in self.sweeps for sk in s.skipped]
+
+    @property
+    def files(self) -> int:
+        return len(self.rows) + len(self.skipped)
+
+
+# ---------------------------------------------------------------- walking
+
+
+def result_files(sweep: SweepDir) -> list[Path]:
+    """points/*/result.json of one sweep (os.scandir: this is the hot loop of a large tree)."""
+    root = sweep.path / "points"
+    out = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if entry.is_dir():
+            candidate = Path(entry.path) / RESULT_NAME
+            if candidate.exists():
+                out.append(candidate)
+    return out
+
+
+def read_result(path: Path) -> tuple[Result | None, str | None]:
+    """(result, None) for a valid file, (None, one-line reason) otherwise."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    if not data.strip():
+        return None, "empty file"
+    try:
+        result = Result.model_validate_json(data)
+    except ValidationError as exc:
+        return None, _validation_reason(exc)
+    reason = gate.check(result)
+    if reason is not None:
+        return None, f"fails the validity gate: {reason}"
+    return result, None
+
+
+def _validation_reason(exc: ValidationError) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    if first["type"].startswith("json_"):
+        return f"not valid JSON (truncated or partial?): {first['msg']}"
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"does not match the result schema: {where}: {first['msg']}{more}"
+
+
+def collect(
+    sweeps: Iterable[SweepDir],
+    *,
+    on_file: Callable[[int], None] | None = None,
+    files: dict[Path, list[Path]] | None = None,
+) -> Collection:
+    """Rows of every sweep; per config key, the newest valid result of each point id wins.
+
+    `files` (sweep path -> result files) saves a second walk when the caller already listed them."""
+    out: list[SweepResults] = []
+    newest: dict[tuple[str, str], Row] = {}
+    for sweep in sweeps:
+        sr = SweepResults(sweep)
+        out.append(sr)
+        for path in files[sweep.path] if files is not None else result_files(sweep):
+            result, reason = read_result(path)
+            if on_file is not None:
+                on_file(1)
+            if result is None:
+                sr.skipped.append(Skipped(path, reason or "invalid"))
+                continue
+            row = Row(path, sweep.config_key, sweep.sweep_id, result, flatten(result, path, sweep))
+            if result.slurmx is not None and result.slurmx.point_id != path.parent.name:
+                sr.skipped.append(
+                    Skipped(path, f"point id {result.slurmx.point_id} in the file does not match its directory")
+                )
+                continue
+            key = (sweep.config_key, row.point_id)
+            previous = newest.get(key)
+            if previous is None or _stamp(row) > _stamp(previous):
+                newest[key] = row
+                if previous is not None:
+                    _drop(out, previous, row)
+                sr.rows.append(row)
+            else:
+                sr.skipped.append(Skipped(path, f"superseded by newer {previous.path}", "superseded"))
+    for sr in out:
+        add_ratios(sr.rows)
+    return Collection(out)
+
+
+def _stamp(row: Row) -> tuple[float, float]:
+    meta = row.result.slurmx
+    ended = meta.ended_at if meta is not None and meta.ended_at is not None else 0.0
+    try:
+        mtime = row.path.stat().st_mtime
+    except OSError:
+        mtime = 0.0
+    return ended, mtime
+
+
+def _drop(sweeps: list[SweepResults], old: Row, new: Row) -> None:
+    for sr in sweeps:
+        if old in sr.rows:
+            sr.rows.remove(old)
+            sr.skipped.append(Skipped(old.path, f"superseded by newer {new.path}", "superseded"))
+            return
+
+
+# ---------------------------------------------------------------- flattening and comparison
+
+
+def parallelism(result: Result) -> str:
+    """TP8, DEP8, TP8-EP8, TP4-PP2 ... (the same labels as `slurmx plan`)."""
+    dp_attn = result.dp_attention.lower() == "true"
+    label = f"DEP{result.tp}" if dp_attn and result.ep > 1 else f"TP{result.tp}"
+    if result.ep > 1 and not dp_attn:
+        label += f"-EP{result.ep}"
+    for name, size in (("PP", result.pp), ("DCP", result.dcp_size), ("PCP", result.pcp_size)):
+        if size and size > 1:
+            label += f"-{name}{size}"
+    return label
+
+
+def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:
+    rm = result.request_metrics
+    lat = rm.latency
+    cache = result.server_metrics.cache
+    meta = result.slurmx
+    return {
+        "config_key": meta.config_key if meta and meta.config_key else sweep.config_key,
+        "sweep_id": sweep.sweep_id,
+        "point_id": meta.point_id if meta else path.parent.name,
+        "exp_name": meta.exp_name if meta else "",
+        "parallelism": parallelism(result),
+        "arm": result.backend_name,
+        "spec_decoding": result.spec_decoding,
+        "conc": result.conc,
+        "num_gpus": result.gpus,
+        "tput_per_gpu": rm.throughput.per_gpu.total_tput_tps,
+        "output_tput_per_gpu": rm.throughput.per_gpu.output_tput_tps,
+        "input_tput_per_gpu": rm.throughput.per_gpu.input_tput_tps,
+        "intvty_p50": lat.intvty.p50,
+        "intvty_p90": lat.intvty.p90,
+        "e2e_norm_intvty_p50": lat.e2e_norm_intvty.p50,
+        "e2e_norm_intvty_p90": lat.e2e_norm_intvty.p90,
+        "ttft_p50_s": lat.ttft.p50,
+        "ttft_p90_s": lat.ttft.p90,
+        "e2el_p50_s": lat.e2el.p50,
+        "e2el_p90_s": lat.e2el.p90,
+        "itl_p50_s": lat.itl.p50,
+        "error_rate": result.error_rate,
+        "requests_successful": result.num_requests_successful,
+        "requests_total": result.num_requests_total,
+        "gpu_hit_rate": cache.gpu_cache_hit_rate,
+        "cpu_hit_rate": cache.cpu_cache_hit_rate,
+        "external_hit_rate": cache.external_cache_hit_rate,
+        "overall_hit_rate": cache.overall_cache_hit_rate,
+        "baseline_arm": None,
+        "tput_ratio": None,
+        "ttft_p90_ratio": None,
+        "slurm_job_id": meta.slurm_job_id if meta else None,
+        "node": meta.node if meta else None,
+        "attempt": meta.attempt if meta else None,
+        "ended_at": meta.ended_at if meta else None,
+        "path": str(path),
+    }
+
+
+def add_ratios(rows: list[Row]) -> None:
+    """Where arms share a parallelism and concurrency: throughput and TTFT p90 over the baseline arm's
+    (the no-offload arm, else the first arm in table order)."""
+    groups: dict[tuple[str, int], list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row.values["parallelism"], row.values["conc"]), []).append(row)
+    for members in groups.values():
+        arms = sorted({r.values["arm"] for r in members}, key=arm_order)
+        if len(arms) < 2:
+            continue
+        base_arm = arms[0]
+        base = next(r for r in members if r.values["arm"] == base_arm)
+        for row in members:
+            row.values["baseline_arm"] = base_arm
+            row.values["tput_ratio"] = _ratio(row.values["tput_per_gpu"], base.values["tput_per_gpu"])
+            row.values["ttft_p90_ratio"] = _ratio(row.values["ttft_p90_s"], base.values["ttft_p90_s"])
+
+
+def arm_order(arm: str) -> tuple[int, str]:
+    return (0 if arm == BASELINE_ARM else 1, arm)
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or base == 0:
+        return None
+    return value / base
+
+
+def sorted_rows(rows: Iterable[Row]) -> list[Row]:
+    return sorted(
+        rows,
+        key=lambda r: (r.values["config_key"], r.values["parallelism"], arm_order(r.values["arm"]), r.values["conc"]),
+    )
+
+
+# ---------------------------------------------------------------- writing
+
+CSV_COLUMNS = (
+    "config_key", "sweep_id", "point_id", "exp_name", "parallelism", "arm", "spec_decoding", "conc",
+    "num_gpus", "tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu", "intvty_p50", "intvty_p90",
+    "e2e_norm_intvty_p50", "e2e_norm_intvty_p90", "ttft_p50_s", "ttft_p90_s", "e2el_p50_s", "e2el_p90_s",
+    "itl_p50_s", "error_rate", "requests_successful", "requests_total", "gpu_hit_rate", "cpu_hit_rate",
+    "external_hit_rate", "overall_hit_rate", "baseline_arm", "tput_ratio", "ttft_p90_ratio",
+    "slurm_job_id", "node", "attempt", "ended_at", "path",
+)  # fmt: skip
+
+
+def csv_text(rows: Iterable[Row]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.values.get(k) is None else row.values[k] for k in CSV_COLUMNS})
+    return buffer.getvalue()
+
+
+def summary_json(sr: SweepResults) -> dict[str, Any]:
+    return {
+        "config_key": sr.sweep.config_key,
+        "sweep_id": sr.sweep.sweep_id,
+        "collected_at": time.time(),
+        "rows": [r.values for r in sorted_rows(sr.rows)],
+        "skipped": [s.json() for s in sr.skipped],
+    }
+
+
+def write_summaries(sr: SweepResults) -> None:
+    atomic.write_text(sr.sweep.summary_csv, csv_text(sorted_rows(sr.rows)))
+    atomic.write_json(sr.sweep.summary_json, summary_json(sr))
+
+
+def inferencex_list(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    """InferenceX's agg_<name>.json body: a JSON list of the aggregate objects, without `slurmx`."""
+    return [r.result.inferencex() for r in sorted_rows(rows)]
+
+
+def inferencex_path(sweep: SweepDir) -> Path:
+    return sweep.path / f"agg_{sweep.config_key}.json"
+
+
+def find_sweeps(tree: ResultsTree, targets: list[str]) -> tuple[list[SweepDir], list[str]]:
+    """Sweeps named by KEY, KEY/SWEEP or SWEEP (a sweep id under any key); unknown targets returned apart."""
+    if not targets:
+        return list(tree.sweeps()), []
+    found: dict[Path, SweepDir] = {}
+    missing = []
+    for target in targets:
+        matches = _match(tree, target)
+        if matches is None:
+            missing.append(target)
+            continue
+        for sweep in matches:
+            found.setdefault(sweep.path, sweep)
+    return list(found.values()), missing
+
+
+def _match(tree: ResultsTree, target: str) -> list[SweepDir] | None:
+    """None when nothing of that name exists; [] for a key that exists but has no sweep yet."""
+    target = target.strip("/")
+    if "/" in target:
+        key, sweep_id = target.split("/", 1)
+        sweep = tree.sweep(key, sweep_id)
+        return [sweep] if sweep.sweep_json.exists() else None
+    if (tree.root / target).is_dir():
+        return list(tree.sweeps(target))
+    matches = [s for s in tree.sweeps() if s.sweep_id == target]
+    return matches or None

@@ -1,0 +1,148 @@
+"""Per-sweep PNGs: throughput per GPU vs interactivity (the Pareto view) and TTFT p90 vs concurrency.
+
+matplotlib is optional (extra `plots`); `available()` says whether it can be imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from slurmx import atomic
+from slurmx.results.collect import Row, arm_order
+
+PARETO_PNG = "tput_per_gpu_vs_interactivity.png"
+TTFT_PNG = "ttft_p90_vs_conc.png"
+_MARKERS = "osD^vP*X"
+_DIGEST = ".inputs.sha256"
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def inputs_digest(inputs: list[Path]) -> str:
+    """Identity of the files a sweep's plots were drawn from (paths and mtimes)."""
+    h = hashlib.sha256()
+    for path in sorted(inputs):
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError:
+            stamp = -1
+        h.update(f"{path}\0{stamp}\n".encode())
+    return h.hexdigest()
+
+
+def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
+    """Both PNGs exist and were drawn from exactly these inputs, so a re-run of collect can skip them."""
+    if not all((out_dir / name).is_file() for name in (PARETO_PNG, TTFT_PNG)):
+        return False
+    try:
+        return (out_dir / _DIGEST).read_text(encoding="utf-8").strip() == inputs_digest(inputs)
+    except OSError:
+        return False
+
+
+def write_sweep_plots(rows: list[Row], out_dir: Path, title: str, inputs: list[Path] | None = None) -> list[Path]:
+    """Both plots of one sweep into out_dir; [] when no row has the numbers to plot.
+
+    `inputs` (the files the rows came from) are fingerprinted beside the PNGs for up_to_date()."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    series = _series(rows)
+    if not series:
+        return []
+    written = []
+    for name, draw in ((PARETO_PNG, _pareto), (TTFT_PNG, _ttft)):
+        fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+        try:
+            draw(ax, series)
+            ax.set_title(title, fontsize=10)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8, loc="best", title="arm · parallelism", title_fontsize=8)
+            fig.tight_layout()
+            path = out_dir / name
+            tmp = out_dir / f".{name}.tmp.png"
+            fig.savefig(tmp)
+            tmp.replace(path)
+            written.append(path)
+        finally:
+            plt.close(fig)
+    if inputs is not None:
+        atomic.write_text(out_dir / _DIGEST, inputs_digest(inputs) + "\n")
+    return written
+
+
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def _style(label: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One colour per arm, one line style (and marker) per parallelism, so arms compare at a glance."""
+    arms = list(dict.fromkeys(v[0]["arm"] for v in series.values()))
+    pars = sorted({v[0]["parallelism"] for v in series.values()})
+    first = series[label][0]
+    arm_i, par_i = arms.index(first["arm"]), pars.index(first["parallelism"])
+    return {
+        "color": f"C{arm_i % 10}",
+        "linestyle": _LINESTYLES[par_i % len(_LINESTYLES)],
+        "marker": _MARKERS[par_i % len(_MARKERS)],
+    }
+
+
+def _series(rows: list[Row]) -> dict[str, list[dict[str, Any]]]:
+    """Rows by line label: the arm, with the parallelism when a sweep has more than one."""
+    parallelisms = {r.values["parallelism"] for r in rows}
+    ordered = sorted(rows, key=lambda r: (arm_order(r.values["arm"]), r.values["parallelism"], r.values["conc"]))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in ordered:
+        v = row.values
+        label = v["arm"] if len(parallelisms) == 1 else f"{v['arm']} · {v['parallelism']}"
+        out.setdefault(label, []).append(v)
+    return out
+
+
+def _pareto(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
+    labelled: set[tuple[str, int]] = set()  # one "c<conc>" tag per parallelism and concurrency, not per arm
+    for label, values in series.items():
+        pts = [(v["intvty_p50"], v["tput_per_gpu"], v["conc"]) for v in values
+               if v["intvty_p50"] is not None and v["tput_per_gpu"] is not None]  # fmt: skip
+        if not pts:
+            continue
+        pts.sort()
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(xs, ys, label=label, linewidth=1.5, **_style(label, series))
+        parallelism = values[0]["parallelism"]
+        for x, y, conc in pts:
+            if (parallelism, conc) not in labelled:
+                labelled.add((parallelism, conc))
+                ax.annotate(f"c{conc}", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=7, color="0.3")
+    ax.set_xlabel("interactivity: output tokens/s per user (median, 1/ITL p50)")
+    ax.set_ylabel("throughput per GPU: total tokens/s/GPU")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+
+
+def _ttft(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
+    concs: set[int] = set()
+    for label, values in series.items():
+        pts = sorted((v["conc"], v["ttft_p90_s"]) for v in values if v["ttft_p90_s"] is not None)
+        if not pts:
+            continue
+        concs.update(p[0] for p in pts)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, linewidth=1.5, **_style(label, series))
+    ax.set_xlabel("concurrency (concurrent sessions)")
+    ax.set_ylabel("TTFT p90 (s)")
+    if concs and max(concs) / max(min(concs), 1) >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(concs))
+    ax.set_xticklabels([str(c) for c in sorted(concs)])
+    ax.set_ylim(bottom=0)

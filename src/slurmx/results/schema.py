@@ -1,0 +1,326 @@
+"""result.json: InferenceX's agentic *aggregate* schema (one object per sweep point), plus `slurmx`.
+
+Field names follow InferenceX's aggregation code (utils/agentic/aggregation/process_agentic_result.py,
+request_metrics.py, server_metrics.py and its test_process_agentic_result.py key sets; later moved to
+infx/results/agentic/). Facts taken from there:
+
+- Identity: hw (= RUNNER_TYPE), conc, image, recipe_fingerprint, model, infmax_model_prefix
+  (= MODEL_PREFIX), framework, precision, spec_decoding, disagg, scenario_type ("agentic-coding"),
+  is_multinode, num_gpus, tp, ep, dp_attention (the *string* "true"/"false", as the env carries it),
+  pp, dcp_size, pcp_size (single node; multinode rows carry prefill_*/decode_* instead),
+  kv_offloading ("none" | "dram"), kv_offload_backend ({name, version?} or null),
+  allocated_cpu_dram_gb (= TOTAL_CPU_DRAM_GB), optional router {name, version}, kv_p2p_transfer,
+  dataset (aiperf metadata.dataset).
+- num_requests_total / num_requests_successful and request_accounting (records_total,
+  records_profiled, records_dropped_total, records_warmup_dropped, records_error_dropped,
+  error_categories). Warmup-phase and errored records are dropped before any statistic.
+- request_metrics: qps {window_seconds, samples, mean..std} over 1 s completion windows;
+  latency {ttft, e2el, itl, tpot, intvty, e2e_norm_intvty, full_response_itl, full_response_intvty},
+  each {mean, p50, p75, p90, p95, std} in seconds (aiperf reports ms), or {} without samples;
+  intvty.pX = 1 / itl.pX (tokens/s per user, slow tail); e2e_norm_intvty.pX = 1 / pX(e2el_s / osl);
+  tpot is computed from the same per-request ITL values as itl; percentiles interpolate linearly,
+  std is the population deviation.
+  tokens {input, output_actual, output_expected}: same six statistics over per-request counts.
+  throughput {input, output, total: {tokens_per_second}, duration_seconds
+  (last request end - first request start), per_gpu {total_tput_tps, output_tput_tps,
+  input_tput_tps} = those rates / (tp*pp*pcp)}; cache {theoretical_cache_hit_rate}.
+- server_metrics {present, adapter, metric_count, cache {gpu/cpu/external/overall_cache_hit_rate,
+  prefix_cache_hits/queries, external_prefix_cache_hits/queries, cached_tokens_by_source, ...},
+  kv_cache {gpu_usage_pct, gpu_total_tokens, cpu_usage_pct, cpu_used_tokens, cpu_total_tokens},
+  kv_offload {bytes_*, time_*, bandwidth_*_bytes_per_second}, tokens {prompt_total,
+  generation_total, requests_completed, prompt_by_source {gpu_cache_hit,
+  cpu_or_external_cache_hit, computed, raw}}, sources [...]}; rates and usage are fractions 0..1.
+  vLLM rule: gpu = prefix_cache_hits/queries, cpu = external = external hits/queries; when
+  vllm:prompt_tokens_by_source exists (local_cache_hit | external_kv_transfer | local_compute) those
+  shares replace them and overall = (local + external) / all, else overall = gpu.
+  slurmx additions (values only, no new names): counters may come from /metrics scraped before and
+  after the replay (delta) instead of aiperf's export; cached_tokens_by_source holds vLLM 0.32's
+  vllm:prompt_tokens_cached_by_source (device | host | p2p | disk | external_unspecified), and a
+  non-zero `host` share becomes the cpu rate (LMCache reports as external_unspecified).
+- kv_cache_pool_tokens (= server_metrics.kv_cache.gpu_total_tokens), warnings.
+- The files are named RESULT_FILENAME.json per point and concatenated into `agg_<exp>.json`
+  (a JSON list) by utils/collect_results.py.
+
+Everything slurmx adds lives under `slurmx`, so an InferenceX reader sees only its own fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Stats(_Strict):
+    """Six statistics of one per-request quantity; all absent ({}) when there were no samples."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p75: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    std: float | None = None
+
+
+class QpsStats(Stats):
+    window_seconds: float | None = None
+    samples: int | None = None
+
+
+class Latency(_Strict):
+    ttft: Stats = Field(default_factory=Stats)
+    e2el: Stats = Field(default_factory=Stats)
+    itl: Stats = Field(default_factory=Stats)
+    tpot: Stats = Field(default_factory=Stats)
+    intvty: Stats = Field(default_factory=Stats)
+    e2e_norm_intvty: Stats = Field(default_factory=Stats)
+    full_response_itl: Stats = Field(default_factory=Stats)
+    full_response_intvty: Stats = Field(default_factory=Stats)
+
+
+class TokenStats(_Strict):
+    input: Stats = Field(default_factory=Stats)
+    output_actual: Stats = Field(default_factory=Stats)
+    output_expected: Stats = Field(default_factory=Stats)
+
+
+class Rate(_Strict):
+    tokens_per_second: float
+
+
+class PerGpu(_Strict):
+    total_tput_tps: float | None = None
+    output_tput_tps: float | None = None
+    input_tput_tps: float | None = None
+
+
+class Throughput(_Strict):
+    input: Rate | None = None
+    output: Rate | None = None
+    total: Rate | None = None
+    full_response_output_token_throughput_per_user: Stats | None = None
+    duration_seconds: float | None = None
+    per_gpu: PerGpu = Field(default_factory=PerGpu)
+
+
+class RequestCache(_Strict):
+    theoretical_cache_hit_rate: float | None = None
+
+
+class RequestMetrics(_Strict):
+    qps: QpsStats = Field(default_factory=QpsStats)
+    latency: Latency = Field(default_factory=Latency)
+    tokens: TokenStats = Field(default_factory=TokenStats)
+    throughput: Throughput = Field(default_factory=Throughput)
+    cache: RequestCache = Field(default_factory=RequestCache)
+    stability: dict[str, Any] | None = None  # some InferenceX versions; not computed by slurmx
+
+
+class RequestAccounting(_Strict):
+    records_total: int = 0
+    records_profiled: int = 0
+    records_dropped_total: int = 0
+    records_warmup_dropped: int = 0
+    records_error_dropped: int = 0
+    error_categories: dict[str, int] = Field(default_factory=dict)
+
+
+class ServerCache(_Strict):
+    gpu_cache_hit_rate: float | None = None
+    cpu_cache_hit_rate: float | None = None
+    external_cache_hit_rate: float | None = None
+    overall_cache_hit_rate: float | None = None
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
+    external_prefix_cache_hits: float | None = None
+    external_prefix_cache_queries: float | None = None
+    cached_tokens_by_source: dict[str, float] = Field(default_factory=dict)
+    frontend_cache_hit_rate: float | None = None
+    router_kv_hit_rate: float | None = None
+    router_shared_cache_hit_rate: float | None = None
+    frontend_cached_tokens: float | None = None
+    frontend_input_tokens: float | None = None
+
+
+class KvCache(_Strict):
+    gpu_usage_pct: float | None = None
+    gpu_total_tokens: int | None = None
+    cpu_usage_pct: float | None = None
+    cpu_used_tokens: float | None = None
+    cpu_total_tokens: float | None = None
+
+
+class KvOffload(_Strict):
+    bytes_gpu_to_cpu: float | None = None
+    bytes_cpu_to_gpu: float | None = None
+    time_gpu_to_cpu: float | None = None
+    time_cpu_to_gpu: float | None = None
+    bandwidth_gpu_to_cpu_bytes_per_second: float | None = None
+    bandwidth_cpu_to_gpu_bytes_per_second: float | None = None
+
+
+class PromptBySource(_Strict):
+    gpu_cache_hit: float | None = None
+    cpu_or_external_cache_hit: float | None = None
+    computed: float | None = None
+    raw: dict[str, float] = Field(default_factory=dict)
+
+
+class ServerTokens(_Strict):
+    prompt_total: int | None = None
+    generation_total: int | None = None
+    requests_completed: int | None = None
+    prompt_by_source: PromptBySource = Field(default_factory=PromptBySource)
+
+
+class ServerMetrics(_Strict):
+    present: bool = False
+    adapter: str = "none"
+    metric_count: int = 0
+    cache: ServerCache = Field(default_factory=ServerCache)
+    kv_cache: KvCache = Field(default_factory=KvCache)
+    kv_offload: KvOffload = Field(default_factory=KvOffload)
+    tokens: ServerTokens = Field(default_factory=ServerTokens)
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ComponentMeta(_Strict):
+    """InferenceX's {name, version} metadata of a router or KV-offload backend (version optional for the latter)."""
+
+    name: str
+    version: str | None = None
+
+
+class SlurmxMeta(_Strict):
+    """What slurmx knows about the run and InferenceX does not; never read by InferenceX."""
+
+    schema_version: int = SCHEMA_VERSION
+    point_id: str
+    config_key: str
+    exp_name: str
+    sweep_id: str
+    attempt: int = 1
+    slurm_job_id: str | None = None
+    node: str | None = None
+    backend_version: str | None = None  # the KV-offload backend version that actually ran
+    engine_version: str | None = None
+    aiperf_version: str | None = None
+    started_at: float | None = None  # epoch seconds, like state.json
+    ended_at: float | None = None
+    was_cancelled: bool = False  # aiperf's profile_export_aiperf.json `was_cancelled`
+    incomplete_reason: str | None = None  # aiperf's `incomplete_reason` when it set is_complete false
+    aiperf_error_count: int | None = None  # aiperf's own error count (error_summary), for cross-checking
+    engine_metrics_source: Literal["scrape-delta", "aiperf-export", "none"] = "none"
+
+
+class Result(_Strict):
+    # identity
+    hw: str
+    conc: int
+    image: str
+    recipe_fingerprint: str = ""
+    model: str
+    infmax_model_prefix: str
+    framework: str
+    precision: str
+    spec_decoding: str = "none"
+    disagg: bool = False
+    scenario_type: str = "agentic-coding"
+    is_multinode: bool = False
+    num_gpus: int | None = None
+    tp: int
+    ep: int = 1
+    dp_attention: str = "false"
+    pp: int | None = None
+    dcp_size: int | None = None
+    pcp_size: int | None = None
+    kv_offloading: str = "none"
+    kv_offload_backend: ComponentMeta | None = None
+    allocated_cpu_dram_gb: int = 0
+    router: ComponentMeta | None = None
+    kv_p2p_transfer: str | None = None
+    dataset: dict[str, Any] | None = None
+    # multinode shape (InferenceX's _gpu_shape); absent for single-node points
+    prefill_num_workers: int | None = None
+    prefill_tp: int | None = None
+    prefill_pp: int | None = None
+    prefill_dcp_size: int | None = None
+    prefill_pcp_size: int | None = None
+    prefill_ep: int | None = None
+    prefill_dp_attention: str | None = None
+    num_prefill_gpu: int | None = None
+    decode_num_workers: int | None = None
+    decode_tp: int | None = None
+    decode_pp: int | None = None
+    decode_dcp_size: int | None = None
+    decode_pcp_size: int | None = None
+    decode_ep: int | None = None
+    decode_dp_attention: str | None = None
+    num_decode_gpu: int | None = None
+    prefill_hw: str | None = None
+    decode_hw: str | None = None
+    # request accounting
+    num_requests_total: int
+    num_requests_successful: int
+    request_accounting: RequestAccounting = Field(default_factory=RequestAccounting)
+    # metrics
+    request_metrics: RequestMetrics = Field(default_factory=RequestMetrics)
+    server_metrics: ServerMetrics = Field(default_factory=ServerMetrics)
+    kv_cache_pool_tokens: int | None = None
+    warnings: list[str] | None = None
+    # slurmx's own, under one key
+    slurmx: SlurmxMeta | None = None
+
+    @property
+    def error_rate(self) -> float:
+        """Errored records over all records (warmup included), as the gate and the table use it."""
+        total = self.request_accounting.records_total or self.num_requests_total
+        return self.request_accounting.records_error_dropped / total if total else 0.0
+
+    @property
+    def gpus(self) -> int:
+        if self.num_gpus:
+            return self.num_gpus
+        return self.tp * (self.pp or 1) * (self.pcp_size or 1)
+
+    @property
+    def backend_name(self) -> str:
+        return self.kv_offload_backend.name if self.kv_offload_backend else "none"
+
+    def dump(self) -> dict[str, Any]:
+        """result.json's content: optional identity InferenceX writes only when it applies is left out
+        when unset (e.g. the multinode fields of a single-node point); every metric key stays."""
+        data = self.model_dump(mode="json")
+        for key in _OMIT_WHEN_NONE:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+    def inferencex(self) -> dict[str, Any]:
+        """The object InferenceX itself would write: dump() without the `slurmx` key."""
+        data = self.dump()
+        data.pop("slurmx", None)
+        return data
+
+
+# Keys InferenceX writes only when they apply; all others are always present (possibly null).
+_OMIT_WHEN_NONE = (
+    "router",
+    "kv_p2p_transfer",
+    "dataset",
+    "warnings",
+    "num_gpus",
+    "pp",
+    "dcp_size",
+    "pcp_size",
+    *(f"{side}_{name}" for side in ("prefill", "decode") for name in (
+        "num_workers", "tp", "pp", "dcp_size", "pcp_size", "ep", "dp_attention", "hw")),
+    "num_prefill_gpu",
+    "num_decode_gpu",
+)
