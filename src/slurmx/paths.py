@@ -26,6 +26,16 @@ def default_clusters() -> Path:
     return config_dir() / "clusters.yaml"
 
 
+def jobs_dir() -> Path:
+    """SLURMX_JOBS_DIR, else ./jobs, else the checkout's jobs/ (serving recipes)."""
+    if env := os.environ.get("SLURMX_JOBS_DIR"):
+        return Path(env)
+    local = Path.cwd() / "jobs"
+    if local.is_dir() and any(local.glob("*.yaml")):
+        return local
+    return _CHECKOUT / "jobs"
+
+
 def default_results() -> Path:
     if env := os.environ.get("SLURMX_RESULTS"):
         return Path(env)

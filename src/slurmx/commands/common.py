@@ -10,6 +10,7 @@ from slurmx import paths
 from slurmx.config.load import Clusters, Masters, load_clusters, load_masters
 from slurmx.errors import UserError
 from slurmx.plan import Point, expand
+from slurmx.recipes.load import Recipes, load_recipes
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +31,16 @@ class Loaded:
     masters: Masters
     clusters: Clusters
     points: list[Point]
+    _recipes: Recipes | None = None
+
+    def recipes(self) -> Recipes:
+        if self._recipes is None:
+            self._recipes = load_recipes(paths.jobs_dir())
+        return self._recipes
+
+    def recipe_name(self, point: Point) -> str | None:
+        found = self.recipes().find(point.model_prefix, point.precision, point.framework, point.runner)
+        return found.recipe.recipe if found else None
 
 
 def load_points(args: argparse.Namespace, keys: list[str], all_keys: bool = False) -> Loaded:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from slurmx.commands.common import Loaded, add_config_options, load_points
 from slurmx.plan import Point
+from slurmx.recipes.resolve import resolve
 from slurmx.slurm.request import slurm_request
 
 
@@ -41,10 +42,24 @@ def _request_summary(point: Point, loaded: Loaded) -> str | None:
     return slurm_request(profile.slurm, point.gpus).summary()
 
 
+def check_recipes(loaded: Loaded) -> dict[str, str]:
+    """Resolve every point that has a serving recipe, so a bad recipe fails at plan time."""
+    names: dict[str, str] = {}
+    for p in loaded.points:
+        if p.multinode or p.scenario != "agentic-coding":
+            continue
+        name = loaded.recipe_name(p)
+        if name:
+            resolve(p, loaded.recipes())
+            names[p.point_id] = name
+    return names
+
+
 def run(args: argparse.Namespace) -> int:
     loaded = load_points(args, args.keys, args.all)
+    recipes = check_recipes(loaded)
     if args.json:
-        json.dump([point_json(p, loaded) for p in loaded.points], sys.stdout, indent=1)
+        json.dump([point_json(p, loaded) | {"recipe": recipes.get(p.point_id)} for p in loaded.points], sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     console = Console(width=None if sys.stdout.isatty() else 200)
@@ -52,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         points = [p for p in loaded.points if p.config_key == key]
         source = loaded.masters.sources[key]
         table = Table(title=f"{key}: {len(points)} points ({source.path}:{source.line})", title_justify="left")
-        for column in ("point id", "parallelism", "spec", "backend", "conc", "DRAM GB", "Slurm request"):
+        for column in ("point id", "parallelism", "spec", "backend", "conc", "DRAM GB", "recipe", "Slurm request"):
             table.add_column(column, justify="right" if column in ("conc", "DRAM GB") else "left", no_wrap=True)
         for p in points:
             conc = ",".join(map(str, p.conc)) if isinstance(p.conc, tuple) else str(p.conc)
@@ -63,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
                 p.backend_name,
                 conc,
                 str(p.total_cpu_dram_gb),
+                recipes.get(p.point_id, "-"),
                 _request_summary(p, loaded) or "-",
             )
         console.print(table)

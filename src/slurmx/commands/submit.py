@@ -16,7 +16,9 @@ from slurmx import paths
 from slurmx.commands.common import Loaded, add_config_options, load_points
 from slurmx.config.clusters import ClusterProfile
 from slurmx.errors import UserError
+from slurmx.node.runtime import sbatch_setup_lines
 from slurmx.plan import Point, server_groups
+from slurmx.recipes.resolve import resolve_all
 from slurmx.results.state import read_state
 from slurmx.results.tree import ResultsTree, SweepDir
 from slurmx.slurm import cluster_check, ledger
@@ -146,7 +148,7 @@ def submit_key(key: str, points: list[Point], loaded: Loaded, args: argparse.Nam
     assert profile.slurm is not None
     sweep = tree.sweep(key, ledger.sweep_id_for(key, points))
     report = KeyReport(key, sweep.sweep_id, str(sweep.path))
-    serving = _serving_for(points, profile)
+    serving = _serving_for(points, profile, loaded)
     with locked(tree.key_lock(key)):
         report.decisions = _decide(points, tree, sweep, args.force, args.only_failed)
         chosen = [d.point for d in report.decisions if d.action == "submit"]
@@ -157,7 +159,7 @@ def submit_key(key: str, points: list[Point], loaded: Loaded, args: argparse.Nam
             groups=_groups(chosen, profile.slurm.share_server),
             array_parallelism=args.max_parallel or profile.slurm.array_parallelism,
             signal_delay_s=profile.slurm.signal_delay_s,
-            setup=_setup_lines(profile),
+            setup=_setup_lines(profile, points[0].image),
         )
         if args.dry_run:
             report.sbatch_script = render_sbatch(plan) if chosen else None
@@ -185,21 +187,15 @@ def submit_key(key: str, points: list[Point], loaded: Loaded, args: argparse.Nam
     return report
 
 
-def _serving_for(points: list[Point], profile: ClusterProfile) -> dict[str, dict[str, Any]]:
-    """Resolved serving recipes per point (the job-body layer), validated before anything is written."""
-    try:
-        from slurmx.node.serving import resolve_serving
-    except ModuleNotFoundError:
+def _serving_for(points: list[Point], profile: ClusterProfile, loaded: Loaded) -> dict[str, dict[str, Any]]:
+    """Resolved serving recipes per point, validated before anything is written."""
+    if profile.runtime is not None and profile.runtime.kind == "command":
         return {}
-    return {p.point_id: resolve_serving(p, profile) for p in points} if profile.runtime and profile.runtime.kind != "command" else {}
+    return resolve_all(points, loaded.recipes())
 
 
-def _setup_lines(profile: ClusterProfile) -> list[str]:
-    try:
-        from slurmx.node.runtime import sbatch_setup_lines
-    except ModuleNotFoundError:
-        return []
-    return sbatch_setup_lines(profile)
+def _setup_lines(profile: ClusterProfile, image: str) -> list[str]:
+    return sbatch_setup_lines(profile, image)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,8 @@ import time
 
 from slurmx.node.entry import PointFailed, StageRecorder, job_marker, load_record
 from slurmx.node.supervisor import JobInterrupted, Supervisor
-from slurmx.results.tree import PointDir, SweepDir
+from slurmx.results.state import TERMINAL_STAGES
+from slurmx.results.tree import SweepDir
 from slurmx.slurm.ledger import PointRecord
 
 TEARDOWN_GRACE_S = 4.0  # below Slurm's KillWait, so our KILL comes before Slurm's
@@ -20,31 +21,39 @@ TEARDOWN_GRACE_S = 4.0  # below Slurm's KillWait, so our KILL comes before Slurm
 
 def run_points(sweep: SweepDir, point_ids: list[str]) -> dict[str, str]:
     """Outcome per point: "done" or the one-line reason it did not finish."""
+    from slurmx.node.serving_body import Member, run_group
+
     outcomes: dict[str, str] = {}
+    members = []
     for point_id in point_ids:
         point = sweep.point(point_id)
-        recorder = StageRecorder(point)
-        try:
-            recorder.started()
-            run_point(point, load_record(point), recorder)
-            outcomes[point_id] = "done"
-        except JobInterrupted as exc:
-            name = signal.Signals(exc.signum).name
-            recorder.state = recorder.state.model_copy(update={"ended_by": name})
-            why = "time limit near (SIGUSR2)" if exc.signum == signal.SIGUSR2 else f"interrupted by {name}"
-            recorder.stage("cancelled", why)
-            outcomes[point_id] = why
-            for rest in point_ids[point_ids.index(point_id) + 1 :]:
-                outcomes[rest] = f"not run: {why}"
-            if exc.signum == signal.SIGUSR2:
-                _await_time_limit()
-            break
-        except PointFailed as exc:
-            recorder.stage("failed", str(exc))
-            outcomes[point_id] = str(exc)
-        except Exception as exc:  # noqa: BLE001 - any error fails the point with its reason
-            recorder.stage("failed", f"{exc.__class__.__name__}: {exc}".splitlines()[0])
-            outcomes[point_id] = str(exc)
+        members.append(Member(point, load_record(point), StageRecorder(point)))
+    members[0].recorder.started()
+    try:
+        with Supervisor(members[0].point.path, job_marker(), grace_s=TEARDOWN_GRACE_S) as supervisor:
+            runtime = members[0].record.cluster_profile.get("runtime") or {}
+            if runtime.get("kind") == "command":
+                for index, member in enumerate(members):
+                    if index:
+                        member.recorder.started()
+                    _run_command_point(member.record, member.recorder, supervisor, runtime.get("command") or [], outcomes)
+            else:
+                run_group(members, supervisor, outcomes)
+    except JobInterrupted as exc:
+        name = signal.Signals(exc.signum).name
+        why = "time limit near (SIGUSR2)" if exc.signum == signal.SIGUSR2 else f"interrupted by {name}"
+        for member in members:
+            if member.recorder.state.stage not in TERMINAL_STAGES:
+                member.recorder.state = member.recorder.state.model_copy(update={"ended_by": name})
+                member.recorder.stage("cancelled", why)
+                outcomes[member.record.point_id] = why
+        if exc.signum == signal.SIGUSR2:
+            _await_time_limit()
+    except Exception as exc:  # a bug, not a point's failure: record it, then let the job fail
+        for member in members:
+            if member.recorder.state.stage not in TERMINAL_STAGES:
+                member.recorder.stage("failed", f"{exc.__class__.__name__}: {exc}".splitlines()[0])
+        raise
     return outcomes
 
 
@@ -56,31 +65,26 @@ def _await_time_limit(bound_s: float = 600.0) -> None:
         time.sleep(1)
 
 
-def run_point(point: PointDir, record: PointRecord, recorder: StageRecorder) -> None:
-    runtime = record.cluster_profile.get("runtime") or {}
-    with Supervisor(point.path, job_marker(), grace_s=TEARDOWN_GRACE_S) as supervisor:
-        if runtime.get("kind") == "command":
-            _run_command(point, record, recorder, supervisor, runtime.get("command") or [])
-        else:
-            from slurmx.node.serving_body import run_serving
-
-            run_serving(point, record, recorder, supervisor)
-    recorder.stage("done")
-
-
-def _run_command(
-    point: PointDir, record: PointRecord, recorder: StageRecorder, supervisor: Supervisor, argv: list[str]
+def _run_command_point(
+    record: PointRecord, recorder: StageRecorder, supervisor: Supervisor, argv: list[str], outcomes: dict[str, str]
 ) -> None:
     """The `command` runtime: the point's work is one user command (cluster smoke tests)."""
-    if not argv:
-        raise PointFailed("runtime kind 'command' needs a 'command' argv in the cluster profile")
-    recorder.stage("replay")
-    env = {
-        "SLURMX_POINT_DIR": str(point.path),
-        "SLURMX_POINT_ID": record.point_id,
-        "SLURMX_CONC": str(record.row["conc"]),
-    }
-    managed = supervisor.start("command", argv, env, base_env=dict(os.environ))
-    code = supervisor.wait(managed)
-    if code != 0:
-        raise PointFailed(f"command exited with code {code} (see logs/command.log)")
+    try:
+        if not argv:
+            raise PointFailed("runtime kind 'command' needs a 'command' argv in the cluster profile")
+        recorder.stage("replay")
+        env = {
+            "SLURMX_POINT_DIR": str(recorder.point.path),
+            "SLURMX_POINT_ID": record.point_id,
+            "SLURMX_CONC": str(record.row["conc"]),
+        }
+        name = "command" if recorder.point.path == supervisor.logs_dir.parent else f"command-{record.point_id}"
+        managed = supervisor.start(name, argv, env, base_env=dict(os.environ))
+        code = supervisor.wait(managed)
+        if code != 0:
+            raise PointFailed(f"command exited with code {code} (see logs/{name}.log)")
+        recorder.stage("done")
+        outcomes[record.point_id] = "done"
+    except PointFailed as exc:
+        recorder.stage("failed", str(exc))
+        outcomes[record.point_id] = str(exc)

@@ -108,12 +108,14 @@ def point_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: di
     reason = state.reason if state else None
     if state is None:
         label = "not submitted"
+    elif stage == "done":
+        label = "completed"  # a point of a server group finishes while its job runs on
+    elif stage == "failed" and job is not None and job.active:
+        label = "failed"
     elif job is not None and job.active:
         label = "pending" if job.state == "PENDING" else "running"
         if job.state == "PENDING":
             reason = job.reason
-    elif stage == "done":
-        label = "completed"
     elif job is not None:
         label = _SLURM_END.get(job.state, job.state.lower())
         if label == "completed" and stage != "done":

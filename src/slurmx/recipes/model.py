@@ -1,0 +1,126 @@
+"""Pydantic model of a serving recipe file; flags are a mapping so each is named exactly once."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+
+from slurmx.config.master import _kebab
+
+FlagValue = bool | int | float | str | dict[str, object] | list[object]
+Flags = dict[str, FlagValue]
+ArmName = Literal["none", "vllm-simple", "lmcache", "mooncake"]
+
+# Hashing env decides prefix-cache block keys: it belongs to the recipe's one env policy, never to an arm.
+HASH_ENV = frozenset({"PYTHONHASHSEED", "VLLM_PREFIX_CACHE_HASH_SEED", "LMCACHE_HASH_SEED"})
+TOOL_CALL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=_kebab, populate_by_name=True)
+
+
+class Match(_Model):
+    """Which points a recipe serves: InferenceX's script choice by prefix, precision, hardware, framework."""
+
+    model_prefix: str
+    precision: str
+    framework: str
+    runner: str
+
+
+class ConcRule(_Model):
+    """Flags and env that apply when conc-min <= conc <= conc-max (e.g. speculative depth by load)."""
+
+    conc_min: PositiveInt | None = None
+    conc_max: PositiveInt | None = None
+    flags: Flags = Field(default_factory=dict)
+
+    def applies(self, conc: int) -> bool:
+        return (self.conc_min is None or conc >= self.conc_min) and (self.conc_max is None or conc <= self.conc_max)
+
+
+class Engine(_Model):
+    launcher: list[str] = Field(min_length=1)  # argv head; {engine_python} is the runtime's interpreter
+    model_flag: str | None = None  # None: the model path is positional after the launcher
+    block_size: PositiveInt
+    health_path: str = "/health"
+    startup_timeout_s: PositiveInt = 1800
+    flags: Flags
+    max_num_seqs_per_conc: PositiveInt | None = None  # --max-num-seqs = this x conc
+    per_conc: list[ConcRule] = Field(default_factory=list)
+
+
+class Arm(_Model):
+    """What one kv-offload-backend adds to the base: flags, removals by name, env, backend knobs."""
+
+    add: Flags = Field(default_factory=dict)
+    remove: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    # lmcache
+    l1_fraction: float | None = Field(default=None, gt=0, le=1)  # L1 = this x total-cpu-dram-gb
+    chunk_size: PositiveInt | None = None
+    transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"] | None = None
+    mq_timeout_s: float | None = None
+    server_flags: Flags = Field(default_factory=dict)
+    startup_timeout_s: PositiveInt = 600
+    # mooncake
+    master_flags: Flags = Field(default_factory=dict)
+    load_failure_policy: Literal["recompute", "fail"] | None = None
+
+
+class Replay(_Model):
+    """How the agentic trace is replayed: InferenceX's production scenario, or a local synthetic trace."""
+
+    kind: Literal["production", "synthetic"]
+    scenario: str = "inferencex-agentx-mvp"
+    public_dataset: str = "semianalysis_cc_traces_weka_062126"
+    num_dataset_entries: PositiveInt = 393
+    warmup_request_count: int = Field(default=10, ge=0)
+    failed_request_threshold: float = Field(default=0.10, ge=0, le=1)
+    random_seed: int = 42
+    # synthetic
+    sessions_per_conc: PositiveInt = 2
+    turns: PositiveInt = 3
+    first_turn_tokens: PositiveInt = 600
+    turn_delta_tokens: PositiveInt = 100
+    shared_prefix_tokens: int = Field(default=512, ge=0)
+    output_tokens: PositiveInt = 16
+    block_tokens: PositiveInt = 128
+
+
+class Recipe(_Model):
+    recipe: str
+    match: Match
+    scenario: Literal["agentic-coding", "fixed-seq-len"] = "agentic-coding"
+    model_path: str | None = None  # under the runtime's model-root; default: the config's model name
+    served_model_name: str | None = None
+    env_policy: dict[str, str]  # shared by every arm of this recipe
+    engine: Engine
+    arms: dict[ArmName, Arm]
+    replay: Replay
+
+    @field_validator("env_policy")
+    @classmethod
+    def _hash_env_in_policy(cls, env_policy: dict[str, str]) -> dict[str, str]:
+        # A field validator, so the error is located at env-policy (file:line), not at the file.
+        if "PYTHONHASHSEED" not in env_policy:
+            raise ValueError("env-policy must set PYTHONHASHSEED: every arm hashes prefixes the same way")
+        return env_policy
+
+
+def render_flags(flags: Flags) -> list[str]:
+    """Mapping -> argv: true is a bare flag, false is left out, dicts and lists become compact JSON."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is True:
+            argv.append(name)
+        elif value is False:
+            continue
+        elif isinstance(value, (dict, list)):
+            argv += [name, json.dumps(value, separators=(",", ":"))]
+        else:
+            argv += [name, str(value)]
+    return argv
