@@ -12,6 +12,10 @@ from slurmx.node.runtime import Runtime
 from slurmx.recipes.resolve import ServingSpec
 
 
+# Every process logs unbuffered, so a failure's log tail shows its last words.
+COMMON_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
 @dataclass(frozen=True)
 class Process:
     name: str  # lmcache, mooncake-master, engine, replay
@@ -48,14 +52,14 @@ def launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> Laun
     backend = spec.backend
     if backend.name == "lmcache":
         argv = lmcache.server_argv([runtime.lmcache_bin, "server"], backend, ports)
-        env = {"PYTHONHASHSEED": spec.env["PYTHONHASHSEED"], "LMCACHE_DISABLE_BANNER": "1"}
+        env = {**COMMON_ENV, "PYTHONHASHSEED": spec.env["PYTHONHASHSEED"], "LMCACHE_DISABLE_BANNER": "1"}
         plan.servers.append(
             Process("lmcache", runtime.wrap(argv, "lmcache"), env, lmcache.health_url(ports), backend.startup_timeout_s)
         )
     elif backend.name == "mooncake":
         argv = mooncake.master_argv(["mooncake_master"], backend, ports)
         plan.servers.append(Process("mooncake-master", runtime.wrap(argv, "mooncake-master"), {}, None, 60))
-    engine_env = dict(spec.env)
+    engine_env = {**COMMON_ENV, **spec.env}
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home
     plan.servers.append(
@@ -74,7 +78,7 @@ def replay_process(
     spec: ServingSpec, ports: ServerPorts, runtime: Runtime, artifact_dir: Path, trace: Path | None, turns: int
 ) -> Process:
     url = f"http://127.0.0.1:{ports.engine}"
-    env: dict[str, str] = {}
+    env: dict[str, str] = dict(COMMON_ENV)
     if spec.replay.kind == "production":
         argv = production_argv(runtime.aiperf_bin, spec, url, artifact_dir, runtime.model_path(spec.model))
     else:
@@ -84,5 +88,5 @@ def replay_process(
         tokenizer = f"local/{Path(spec.model).name}"
         argv = synthetic_argv(runtime.aiperf_bin, spec, url, artifact_dir, trace, turns, tokenizer, extra)
         if runtime.hf_home:
-            env = {"HF_HOME": runtime.hf_home, "HF_HUB_OFFLINE": "1"}
+            env |= {"HF_HOME": runtime.hf_home, "HF_HUB_OFFLINE": "1"}
     return Process("replay", runtime.wrap(argv, "replay"), env)

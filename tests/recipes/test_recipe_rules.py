@@ -1,0 +1,411 @@
+"""The recipe rules of DESIGN's "must be impossible by construction" list, one test per guard.
+
+Bad recipes are written as YAML files under tmp_path; every refusal must name the file, the line
+and the field. The production recipes in jobs/ are checked against the same rules after resolve.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from slurmx import cli
+from slurmx.backends import ServerPorts, kv_transfer_config
+from slurmx.backends import lmcache as lmcache_backend
+from slurmx.config.load import load_clusters, load_masters
+from slurmx.config.master import KvOffloadBackend
+from slurmx.errors import ConfigError
+from slurmx.plan import Point, expand
+from slurmx.recipes.load import Recipes, arm_flags, load_recipe, load_recipes
+from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS
+from slurmx.recipes.resolve import resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = ROOT / "jobs"
+MASTER = ROOT / "configs" / "nvidia-master.yaml"
+CLUSTERS = ROOT / "configs" / "clusters.yaml"
+SEED_KEYS = ("kimik3-fp4-b300-vllm-agentic-dspark-lmcache", "dsv4-fp4-b200-vllm-agentic-lmcache")
+REAL_RECIPES = ("kimik3_fp4_b300_vllm.yaml", "dsv4_fp4_b200_vllm.yaml")
+PORTS = ServerPorts(engine=8888, lmcache=20888, lmcache_http=21888, mooncake_master=20888)
+ENGINE_VENV_SITE = Path("/opt/slurmx-stack/venvs/engine/lib")
+
+# A small valid agentic recipe; each bad case below changes one thing in a copy of it.
+GOOD: dict[str, Any] = {
+    "recipe": "rules-test",
+    "match": {"model-prefix": "dsv4", "precision": "fp4", "framework": "vllm", "runner": "cluster:b200-dgxc"},
+    "env-policy": {"PYTHONHASHSEED": "0"},
+    "engine": {
+        "launcher": ["vllm", "serve"],
+        "block-size": 256,
+        "max-num-seqs-per-conc": 2,
+        "flags": {
+            "--kv-cache-dtype": "fp8",
+            "--block-size": 256,
+            "--enable-cumem-allocator": True,
+            "--enable-auto-tool-choice": True,
+            "--tool-call-parser": "deepseek_v4",
+        },
+        "per-conc": [{"conc-max": 8, "flags": {"--speculative-config": {"method": "mtp", "num_speculative_tokens": 2}}}],
+    },
+    "arms": {
+        "none": {},
+        "vllm-simple": {},
+        "lmcache": {
+            "remove": ["--enable-cumem-allocator"],
+            "l1-fraction": 0.75,
+            "chunk-size": 1024,
+            "transfer-mode": "lmcache_driven",
+            "mq-timeout-s": 300,
+            "server-flags": {"--eviction-policy": "LRU"},
+        },
+    },
+    "replay": {"kind": "production"},
+}
+
+
+def write(tmp_path: Path, data: dict[str, Any], name: str = "recipe.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def line_of(path: Path, *keys: str) -> int:
+    """1-based line of the YAML key reached by following `keys` in order through the file."""
+    lines = path.read_text().splitlines()
+    start = 0
+    for key in keys:
+        for number in range(start, len(lines)):
+            stripped = lines[number].strip().removeprefix("- ")
+            if stripped.startswith(f"{key}:") or stripped == f"- {key}" or stripped == key:
+                start = number
+                break
+        else:
+            raise AssertionError(f"{key} not found in {path} after line {start + 1}")
+    return start + 1
+
+
+def refused(tmp_path: Path, data: dict[str, Any], field: str, *keys: str, says: str) -> ConfigError:
+    """Load a bad recipe; it must fail with file, the line of `keys`, the `field` path and `says`."""
+    path = write(tmp_path, data)
+    with pytest.raises(ConfigError) as caught:
+        load_recipe(path)
+    error = caught.value
+    assert Path(error.path) == path
+    assert error.field == field
+    assert error.line == line_of(path, *keys)
+    assert says in error.message
+    assert str(error).startswith(f"{path}:{error.line}: {field}:")
+    return error
+
+
+def bad(**changes: Any) -> dict[str, Any]:
+    return copy.deepcopy(GOOD) | changes
+
+
+def test_the_good_recipe_loads(tmp_path: Path) -> None:
+    """Every refusal below is caused by its one change, not by the base case."""
+    file = load_recipe(write(tmp_path, GOOD))
+    assert file.recipe.arms["lmcache"].chunk_size == 1024
+
+
+# -- 1. no arm silently drops a shared serving flag ------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", TOOL_CALL_FLAGS)
+def test_agentic_recipe_without_tool_call_flag_is_refused(tmp_path: Path, flag: str) -> None:
+    data = bad()
+    del data["engine"]["flags"][flag]
+    refused(tmp_path, data, "engine.flags", "engine", "flags", says=f"lacks {flag}")
+
+
+@pytest.mark.parametrize("flag", TOOL_CALL_FLAGS)
+def test_arm_removing_a_tool_call_flag_is_refused(tmp_path: Path, flag: str) -> None:
+    data = bad()
+    data["arms"]["lmcache"]["remove"].append(flag)
+    refused(tmp_path, data, "arms.lmcache.remove", "arms", "lmcache", "remove", says=f"may not remove {flag}")
+
+
+def test_arm_resetting_a_base_flag_without_remove_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["arms"]["none"] = {"add": {"--kv-cache-dtype": "auto"}}
+    refused(
+        tmp_path, data, "arms.none.add.--kv-cache-dtype", "arms", "none", "add", "--kv-cache-dtype",
+        says="list it under remove",
+    )  # fmt: skip
+
+
+def test_arm_resetting_a_base_flag_by_naming_it_is_allowed(tmp_path: Path) -> None:
+    data = bad()
+    data["arms"]["none"] = {"remove": ["--kv-cache-dtype"], "add": {"--kv-cache-dtype": "auto"}}
+    file = load_recipe(write(tmp_path, data))
+    assert arm_flags(file.recipe, file.recipe.arms["none"])["--kv-cache-dtype"] == "auto"
+
+
+def test_arm_removing_a_flag_the_base_lacks_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["arms"]["none"] = {"remove": ["--numa-bind"]}
+    refused(tmp_path, data, "arms.none.remove", "arms", "none", "remove", says="do not set")
+
+
+def test_per_conc_rule_resetting_a_base_flag_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["engine"]["per-conc"][0]["flags"]["--kv-cache-dtype"] = "auto"
+    refused(
+        tmp_path, data, "engine.per-conc.0.flags.--kv-cache-dtype", "per-conc", "flags", "--kv-cache-dtype",
+        says="already a base flag",
+    )  # fmt: skip
+
+
+def test_overlapping_per_conc_rules_setting_one_flag_are_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["engine"]["per-conc"].append({"conc-min": 8, "flags": {"--speculative-config": {"method": "ngram"}}})
+    refused(
+        tmp_path, data, "engine.per-conc.1.flags.--speculative-config", "per-conc", "conc-min", "--speculative-config",
+        says="overlapping conc range",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("flag", ["--tensor-parallel-size", "--max-num-seqs", "--kv-transfer-config"])
+def test_flags_slurmx_computes_are_refused_in_a_recipe(tmp_path: Path, flag: str) -> None:
+    data = bad()
+    data["engine"]["flags"][flag] = 8
+    refused(tmp_path, data, f"engine.flags.{flag}", "engine", "flags", flag, says="set by slurmx")
+
+
+def test_block_size_flag_must_match_the_engine_block_size(tmp_path: Path) -> None:
+    data = bad()
+    data["engine"]["flags"]["--block-size"] = 128
+    refused(tmp_path, data, "engine.flags.--block-size", "engine", "flags", "--block-size", says="block-size 256")
+
+
+# -- 5. one hashing env policy for every arm -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(HASH_ENV))
+def test_arm_setting_hashing_env_is_refused(tmp_path: Path, name: str) -> None:
+    data = bad()
+    data["arms"]["vllm-simple"] = {"env": {name: "42"}}
+    refused(tmp_path, data, f"arms.vllm-simple.env.{name}", "arms", "vllm-simple", "env", name, says="env-policy")
+
+
+def test_arm_overriding_env_policy_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["env-policy"]["VLLM_ENGINE_READY_TIMEOUT_S"] = "3600"
+    data["arms"]["none"] = {"env": {"VLLM_ENGINE_READY_TIMEOUT_S": "600"}}
+    refused(
+        tmp_path, data, "arms.none.env.VLLM_ENGINE_READY_TIMEOUT_S", "arms", "none", "env", "VLLM_ENGINE_READY_TIMEOUT_S",
+        says="set by env-policy",
+    )  # fmt: skip
+
+
+def test_env_policy_without_pythonhashseed_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["env-policy"] = {"HF_HUB_OFFLINE": "1"}
+    refused(tmp_path, data, "env-policy", "env-policy", says="must set PYTHONHASHSEED")
+
+
+# -- 6. allocator settings that break LMCache's CUDA-IPC export ------------------------------------
+
+
+def test_lmcache_arm_keeping_cumem_allocator_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["arms"]["lmcache"]["remove"] = []
+    refused(tmp_path, data, "arms.lmcache", "arms", "lmcache", says="--enable-cumem-allocator")
+
+
+def test_lmcache_arm_adding_cumem_allocator_back_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["arms"]["lmcache"]["add"] = {"--enable-cumem-allocator": True}
+    refused(tmp_path, data, "arms.lmcache", "arms", "lmcache", says="--enable-cumem-allocator")
+
+
+@pytest.mark.parametrize("where", ["env-policy", "arm"])
+@pytest.mark.parametrize("name", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
+def test_expandable_segments_with_lmcache_is_refused(tmp_path: Path, where: str, name: str) -> None:
+    data = bad()
+    value = "garbage_collection_threshold:0.8,expandable_segments:True"
+    if where == "env-policy":
+        data["env-policy"][name] = value
+    else:
+        data["arms"]["lmcache"]["env"] = {name: value}
+    refused(tmp_path, data, "arms.lmcache", "arms", "lmcache", says="expandable_segments")
+
+
+def test_expandable_segments_without_lmcache_is_allowed(tmp_path: Path) -> None:
+    data = bad()
+    del data["arms"]["lmcache"]
+    data["env-policy"]["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    load_recipe(write(tmp_path, data))
+
+
+# -- 7. LMCache chunk size is a multiple of the engine block size ----------------------------------
+
+
+def test_chunk_size_not_a_multiple_of_block_size_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["arms"]["lmcache"]["chunk-size"] = 1000
+    refused(
+        tmp_path, data, "arms.lmcache.chunk-size", "arms", "lmcache", "chunk-size",
+        says="not a multiple of the engine block size 256",
+    )  # fmt: skip
+
+
+def test_kimik3_published_chunk_768_is_refused_on_the_1536_block(tmp_path: Path) -> None:
+    data = yaml.safe_load((JOBS / "kimik3_fp4_b300_vllm.yaml").read_text())
+    data["arms"]["lmcache"]["chunk-size"] = 768
+    refused(tmp_path, data, "arms.lmcache.chunk-size", "arms", "lmcache", "chunk-size", says="1536")
+
+
+@pytest.mark.parametrize("flag", ["--chunk-size", "--l1-size-gb"])
+def test_server_flags_cannot_bypass_typed_lmcache_knobs(tmp_path: Path, flag: str) -> None:
+    data = bad()
+    data["arms"]["lmcache"]["server-flags"][flag] = 1000
+    refused(
+        tmp_path, data, f"arms.lmcache.server-flags.{flag}", "arms", "lmcache", "server-flags", flag,
+        says="typed fields",
+    )  # fmt: skip
+
+
+# -- the refusal reaches the user as one line and exit code 2 --------------------------------------
+
+
+def test_slurmx_plan_exits_2_with_one_line_on_a_bad_recipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = bad()
+    data["arms"]["lmcache"]["chunk-size"] = 1000
+    path = write(tmp_path, data)
+    monkeypatch.setenv("SLURMX_JOBS_DIR", str(tmp_path))
+    code = cli.main(["plan", SEED_KEYS[1], "--config", str(MASTER), "--clusters", str(CLUSTERS)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert f"{path}:{line_of(path, 'arms', 'lmcache', 'chunk-size')}: arms.lmcache.chunk-size:" in err
+
+
+# -- the production recipes ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seed_points() -> list[Point]:
+    masters = load_masters([MASTER])
+    points = expand(list(SEED_KEYS), masters, load_clusters(CLUSTERS))
+    assert {p.config_key for p in points} == set(SEED_KEYS)
+    return points
+
+
+@pytest.fixture(scope="module")
+def recipes() -> Recipes:
+    return load_recipes(JOBS)
+
+
+def as_arm(point: Point, arm: str) -> Point:
+    """The same point run by another arm (what the parent keys of the seed keys sweep)."""
+    if arm == "none":
+        return dataclasses.replace(point, kv_offloading="none", kv_offload_backend=None)
+    return dataclasses.replace(point, kv_offloading="dram", kv_offload_backend=KvOffloadBackend(name=arm))
+
+
+@pytest.mark.parametrize("name", REAL_RECIPES)
+def test_real_recipe_has_every_arm(name: str, recipes: Recipes) -> None:
+    file = next(f for f in recipes.files if f.path.name == name)
+    assert {"none", "vllm-simple", "lmcache", "mooncake"} <= set(file.recipe.arms)
+
+
+def test_every_arm_of_the_real_recipes_keeps_the_tool_call_flags(seed_points: list[Point], recipes: Recipes) -> None:
+    for point in seed_points:
+        for arm in recipes.find(point.model_prefix, point.precision, point.framework, point.runner).recipe.arms:
+            flags = resolve(as_arm(point, arm), recipes).engine_flags
+            for flag in TOOL_CALL_FLAGS:
+                assert flags.count(flag) == 1, (point.exp_name, arm, flag)
+            assert flags[flags.index("--tool-call-parser") + 1] in ("deepseek_v4", "kimi_k3")
+
+
+def test_no_flag_appears_twice_in_any_resolved_command(seed_points: list[Point], recipes: Recipes) -> None:
+    for point in seed_points:
+        for arm in ("none", "vllm-simple", "lmcache", "mooncake"):
+            names = [a for a in resolve(as_arm(point, arm), recipes).engine_flags if a.startswith("--")]
+            assert len(names) == len(set(names)), (point.exp_name, arm)
+
+
+def test_every_arm_of_the_real_recipes_hashes_the_same_way(seed_points: list[Point], recipes: Recipes) -> None:
+    for point in seed_points:
+        arms = recipes.find(point.model_prefix, point.precision, point.framework, point.runner).recipe.arms
+        hashing = set()
+        for arm in arms:
+            env = resolve(as_arm(point, arm), recipes).env
+            hashing.add(tuple((k, env.get(k)) for k in sorted(HASH_ENV)))
+        assert len(hashing) == 1, (point.config_key, hashing)
+        assert dict(next(iter(hashing)))["PYTHONHASHSEED"] is not None
+
+
+def test_real_lmcache_arms_drop_cumem_and_expandable_segments(seed_points: list[Point], recipes: Recipes) -> None:
+    for point in seed_points:
+        spec = resolve(point, recipes)
+        assert spec.backend.name == "lmcache"
+        assert "--enable-cumem-allocator" not in spec.engine_flags
+        assert not any("expandable_segments" in v for v in spec.env.values())
+        assert spec.backend.chunk_size % spec.block_size == 0
+
+
+def test_dsv4_other_arms_keep_the_cumem_allocator(seed_points: list[Point], recipes: Recipes) -> None:
+    point = next(p for p in seed_points if p.model_prefix == "dsv4")
+    for arm in ("none", "vllm-simple", "mooncake"):
+        assert "--enable-cumem-allocator" in resolve(as_arm(point, arm), recipes).engine_flags
+
+
+def test_kimik3_dspark_depth_follows_concurrency(seed_points: list[Point], recipes: Recipes) -> None:
+    point = next(p for p in seed_points if p.model_prefix == "kimik3")
+    depth = {}
+    for conc in (4, 8, 10, 16, 32):
+        flags = resolve(dataclasses.replace(point, conc=conc), recipes).engine_flags
+        spec = flags[flags.index("--speculative-config") + 1] if "--speculative-config" in flags else None
+        depth[conc] = json.loads(spec)["num_speculative_tokens"] if spec else 0
+        assert flags[flags.index("--max-num-seqs") + 1] == str(2 * conc)
+    assert depth == {4: 7, 8: 7, 10: 3, 16: 3, 32: 0}
+
+
+# -- 2. the LMCache connector config always names its module ---------------------------------------
+
+
+def test_lmcache_connector_config_carries_module_path(seed_points: list[Point], recipes: Recipes) -> None:
+    for point in seed_points:
+        config = kv_transfer_config(resolve(point, recipes).backend, PORTS)
+        assert config is not None
+        assert config["kv_connector"] == "LMCacheMPConnector"
+        assert config["kv_connector_module_path"] == "lmcache.integration.vllm.lmcache_mp_connector"
+        assert config["kv_connector_extra_config"]["lmcache.mp.port"] == PORTS.lmcache
+    mq = {p.model_prefix: kv_transfer_config(resolve(p, recipes).backend, PORTS) for p in seed_points}
+    assert mq["kimik3"]["kv_connector_extra_config"]["lmcache.mp.mq_timeout"] == 6000.0
+    assert mq["dsv4"]["kv_connector_extra_config"]["lmcache.mp.mq_timeout"] == 300
+
+
+def test_lmcache_connector_module_defines_the_connector() -> None:
+    """The module path names a real module of the engine venv's LMCache, which defines the class."""
+    found = sorted(ENGINE_VENV_SITE.glob("python3*/site-packages/" + lmcache_backend.CONNECTOR_MODULE.replace(".", "/") + ".py"))
+    if not found:
+        pytest.skip("no LMCache in the engine venv")
+    assert f"class {lmcache_backend.CONNECTOR}" in found[0].read_text()
+
+
+# -- DRAM-derived sizes of every seed-key point ----------------------------------------------------
+
+
+def test_seed_points_get_the_dram_derived_sizes(seed_points: list[Point], recipes: Recipes) -> None:
+    expected_l1 = {"kimik3": 1889, "dsv4": int(2399 * 0.75)}
+    assert expected_l1["dsv4"] == 1799
+    budgets = {"kimik3": 1889, "dsv4": 2399}
+    for point in seed_points:
+        assert point.total_cpu_dram_gb == budgets[point.model_prefix]
+        lm = resolve(point, recipes).backend
+        assert (lm.name, lm.total_cpu_dram_gb, lm.l1_size_gb) == ("lmcache", budgets[point.model_prefix], expected_l1[point.model_prefix])
+        simple = resolve(as_arm(point, "vllm-simple"), recipes).backend
+        assert simple.cpu_bytes_per_rank == int(point.total_cpu_dram_gb * 1e9 / 8)
+        mooncake = resolve(as_arm(point, "mooncake"), recipes).backend
+        assert mooncake.per_rank_gb == round(point.total_cpu_dram_gb / point.tp, 3)

@@ -1,0 +1,57 @@
+"""The shipped local key, submitted to the real local Slurm, served by real vLLM + LMCache, replayed by aiperf."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from slurmx.results import gate
+from slurmx.results.schema import Result
+from tests.stack.conftest import ROOT, StackEnv, job_processes
+
+pytestmark = pytest.mark.stack
+
+KEY = "tiny-fp32-local-vllm-agentic-lmcache"
+
+
+def _counter_total(export: Path, name: str) -> float:
+    metrics = json.loads(export.read_text())["metrics"]
+    return sum(series["stats"].get("total", 0.0) for series in metrics.get(name, {}).get("series", []))
+
+
+def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None:
+    shutil.copy(ROOT / "configs/local-master.yaml", stack_env.configs / f"{KEY}-master.yaml")
+    report = stack_env.submit(KEY)
+    assert report["sbatch-calls"] == 1
+    status = stack_env.wait_for(KEY, lambda s: all(p["state"] in ("completed", "failed", "cancelled", "timeout") for p in s))
+    assert [p["state"] for p in status] == ["completed"] * 4, json.dumps(status, indent=1)
+
+    sweep = Path(report["sweep-path"])
+    for point in status:
+        pdir = sweep / "points" / point["point_id"]
+        result = Result.model_validate_json((pdir / "result.json").read_text())
+        assert gate.check(result) is None
+        assert result.num_requests_successful >= 12 and result.request_metrics.throughput.total is not None
+        assert result.slurmx is not None and result.slurmx.point_id == point["point_id"]
+        engine_cmd = (pdir / "commands" / "engine.txt").read_text()
+        assert "--enable-auto-tool-choice" in engine_cmd and "--tool-call-parser" in engine_cmd
+        assert "PYTHONHASHSEED=0" in engine_cmd  # one env policy for every arm
+        if point["backend"] == "lmcache":
+            assert '"kv_connector_module_path":"lmcache.integration.vllm.lmcache_mp_connector"' in engine_cmd
+            export = pdir / "aiperf" / "server_metrics_export.json"
+            # LMCache is really used: chunks stored into and read back from its L1.
+            assert _counter_total(export, "lmcache_mp_l1_write_chunks") > 0
+            assert _counter_total(export, "lmcache_mp_l1_read_chunks") > 0
+            assert (pdir / "logs" / "lmcache.log").exists()
+
+    for point in status:
+        assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
+
+    code, out, err = stack_env.slurmx("collect", KEY, "--results", str(stack_env.results), "--json")
+    assert code == 0, err
+    assert (sweep / "summary.csv").exists() and (sweep / "summary.json").exists()
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert len(summary["rows"]) == 4
