@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _commands() -> list[object]:
     modules: list[object] = [plan_cmd]
-    for name in ("submit", "status", "cancel", "logs", "collect", "run_point"):
+    for name in ("submit", "status", "cancel", "logs", "collect", "render"):
         try:
             modules.append(__import__(f"slurmx.commands.{name}", fromlist=["register"]))
         except ModuleNotFoundError as exc:

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from slurmx import paths
 from slurmx.commands.targets import resolve
-from slurmx.results.tree import ResultsTree
+from slurmx.results.tree import ResultsTree, SweepDir
 from slurmx.slurm.status import SweepStatus, sweep_statuses
 
 _STYLE = {"completed": "green", "running": "cyan", "pending": "yellow", "failed": "red", "timeout": "red",
@@ -69,6 +69,30 @@ def render(statuses: list[SweepStatus], source: str) -> Group:
     return Group(*parts)
 
 
+def summary_line(statuses: list[SweepStatus]) -> str:
+    counts: dict[str, int] = {}
+    for sweep in statuses:
+        for p in sweep.points:
+            label = f"{p.state} ({p.stage})" if p.state == "running" else p.state
+            counts[label] = counts.get(label, 0) + 1
+    return ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
+
+
+def _watch_lines(console: Console, sweeps: list[SweepDir], interval: float) -> int:
+    """--watch without a terminal (CI logs, pipes): one line per change, the table at the end."""
+    last = ""
+    while True:
+        statuses, query = sweep_statuses(sweeps)
+        line = summary_line(statuses)
+        if line != last:
+            console.print(f"{time.strftime('%H:%M:%S')}  {line}", highlight=False)
+            last = line
+        if all(p.ended for s in statuses for p in s.points):
+            console.print(render(statuses, query.source))
+            return 0
+        time.sleep(interval)
+
+
 def run(args: argparse.Namespace) -> int:
     tree = ResultsTree(args.results or paths.default_results())
     target = resolve(tree, args.target, allow_point=False)
@@ -81,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.watch:
         console.print(render(statuses, query.source))
         return 0
+    if not sys.stdout.isatty():
+        return _watch_lines(console, target.sweeps, args.interval)
     with Live(render(statuses, query.source), console=console, refresh_per_second=2) as live:
         while not all(p.ended for s in statuses for p in s.points):
             time.sleep(args.interval)

@@ -118,6 +118,8 @@ def point_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: di
             reason = job.reason
     elif job is not None:
         label = _SLURM_END.get(job.state, job.state.lower())
+        if stage == "cancelled" and label == "failed":
+            label = "cancelled"  # the body tore down on a signal and the job then exited non-zero
         if label == "completed" and stage != "done":
             label = "failed"
             reason = reason or f"job ended while the point was at stage {stage}"
