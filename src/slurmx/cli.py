@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import ModuleType
 import sys
 from collections.abc import Sequence
 
@@ -23,8 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _commands() -> list[object]:
-    modules: list[object] = [plan_cmd]
+def _commands() -> list[ModuleType]:
+    modules: list[ModuleType] = [plan_cmd]
     for name in ("submit", "status", "cancel", "logs", "collect", "render"):
         try:
             modules.append(__import__(f"slurmx.commands.{name}", fromlist=["register"]))

@@ -92,17 +92,22 @@ class Point:
         if self.multinode:
             assert self.prefill and self.decode
             return f"{_worker_label('p', self.prefill)}_{_worker_label('d', self.decode)}"
-        label = f"DEP{self.tp}" if self.dp_attn and self.ep > 1 else f"TP{self.tp}"
-        if self.ep > 1 and not self.dp_attn:
-            label += f"-EP{self.ep}"
-        for name, size in (("PP", self.pp), ("DCP", self.dcp_size), ("PCP", self.pcp_size)):
-            if size > 1:
-                label += f"-{name}{size}"
-        return label
+        return parallelism_label(self.tp, self.ep, self.dp_attn, self.pp, self.dcp_size, self.pcp_size)
 
     def row(self) -> dict[str, Any]:
         """The row InferenceX's generator emits for this point, under its field names."""
         return _row(self)
+
+
+def parallelism_label(tp: int, ep: int, dp_attn: bool, pp: int = 1, dcp: int = 1, pcp: int = 1) -> str:
+    """TP8, DEP8 (data-parallel attention + experts), TP8-EP8, TP8-DCP8, TP4-PP2: one spelling everywhere."""
+    label = f"DEP{tp}" if dp_attn and ep > 1 else f"TP{tp}"
+    if ep > 1 and not dp_attn:
+        label += f"-EP{ep}"
+    for name, size in (("PP", pp), ("DCP", dcp), ("PCP", pcp)):
+        if size > 1:
+            label += f"-{name}{size}"
+    return label
 
 
 def _worker_label(side: str, worker: WorkerSpec) -> str:
@@ -270,7 +275,7 @@ def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
                     )
                 )
     for index, agentic in enumerate(scenarios.agentic_coding):
-        points.extend(_expand_agentic(key, index, config, agentic, base, masters, clusters))
+        points.extend(_expand_agentic(key, index, config, agentic, base, masters, clusters))  # type: ignore[arg-type]
     return points
 
 
@@ -320,7 +325,7 @@ def _expand_agentic(
                 profile.available_cpu_dram_mib, profile.gpus_per_node, agentic.dram_utilization, share
             )
         for conc in entry.concurrencies():
-            points.append(_finish(Point(**common, **shape, conc=conc, total_cpu_dram_gb=budget)))  # type: ignore[arg-type]
+            points.append(_finish(Point(**common, **shape, conc=conc, total_cpu_dram_gb=budget)))
     return points
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,7 +173,7 @@ def submit_key(key: str, points: list[Point], loaded: Loaded, args: argparse.Nam
         for p in chosen:
             request = slurm_request(profile.slurm, p.gpus)
             ledger.queue_point(sweep.point(p.point_id), ledger.point_record(p, sweep.sweep_id, profile, request, serving.get(p.point_id)))
-        submission = ledger.Submission(at=ledger.time.time(), tasks={str(i): g for i, g in enumerate(plan.groups)})
+        submission = ledger.Submission(at=time.time(), tasks={str(i): g for i, g in enumerate(plan.groups)})
         record.submissions.append(submission)
         ledger.write_sweep(sweep, record)
         job_ids = submit_array(plan)

@@ -38,7 +38,7 @@ def load_yaml(path: Path) -> tuple[Any, LineIndex]:
     """Parse `path`; a syntax error or a duplicate key is a ConfigError with its line."""
     index = LineIndex()
 
-    class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+    class Loader(_BaseLoader):  # type: ignore[misc]
         pass
 
     def construct_mapping(loader: Any, node: yaml.MappingNode) -> dict[Any, Any]:

@@ -61,7 +61,7 @@ def post(url: str, timeout_s: float = 30.0) -> bool:
     request = urllib.request.Request(url, method="POST", data=b"")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - loopback only
-            return 200 <= response.status < 300
+            return bool(200 <= response.status < 300)
     except OSError:
         return False
 

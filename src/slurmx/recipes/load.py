@@ -9,7 +9,7 @@ from typing import Any
 from slurmx.config.load import validate
 from slurmx.config.yamlfile import LineIndex, load_yaml
 from slurmx.errors import ConfigError
-from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS, Arm, ConcRule, Recipe
+from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS, Arm, ConcRule, Recipe, Flags
 
 # Allocator settings that break LMCache's CUDA-IPC export of the KV cache.
 _IPC_BREAKING_FLAGS = ("--enable-cumem-allocator",)
@@ -40,9 +40,9 @@ class RecipeFile:
         return ConfigError(self.path, line, ".".join(str(f) for f in field), message)
 
 
-def arm_flags(recipe: Recipe, arm: Arm) -> dict[str, object]:
+def arm_flags(recipe: Recipe, arm: Arm) -> Flags:
     """The engine flags an arm runs with: base minus named removals, plus its additions."""
-    flags: dict[str, object] = {k: v for k, v in recipe.engine.flags.items() if k not in arm.remove}
+    flags: Flags = {k: v for k, v in recipe.engine.flags.items() if k not in arm.remove}
     flags.update(arm.add)
     return flags
 

@@ -55,7 +55,7 @@ def _backend(file: RecipeFile, point: Point) -> BackendSpec:
     name = point.backend_name
     if name not in file.recipe.arms:
         raise file.error(("arms",), f"no {name!r} arm for {point.config_key} point {point.exp_name}")
-    arm = file.recipe.arms[name]  # type: ignore[index]
+    arm = file.recipe.arms[name]
     version = point.kv_offload_backend.version if point.kv_offload_backend else None
     budget, gpus = point.total_cpu_dram_gb, point.gpus
     if name == "lmcache":

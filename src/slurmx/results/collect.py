@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from slurmx import atomic
 from slurmx.results import gate
+from slurmx.plan import parallelism_label
 from slurmx.results.schema import Result
 from slurmx.results.tree import ResultsTree, SweepDir
 
@@ -188,13 +189,7 @@ def _drop(sweeps: list[SweepResults], old: Row, new: Row) -> None:
 def parallelism(result: Result) -> str:
     """TP8, DEP8, TP8-EP8, TP4-PP2 ... (the same labels as `slurmx plan`)."""
     dp_attn = result.dp_attention.lower() == "true"
-    label = f"DEP{result.tp}" if dp_attn and result.ep > 1 else f"TP{result.tp}"
-    if result.ep > 1 and not dp_attn:
-        label += f"-EP{result.ep}"
-    for name, size in (("PP", result.pp), ("DCP", result.dcp_size), ("PCP", result.pcp_size)):
-        if size and size > 1:
-            label += f"-{name}{size}"
-    return label
+    return parallelism_label(result.tp, result.ep, dp_attn, result.pp or 1, result.dcp_size or 1, result.pcp_size or 1)
 
 
 def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:

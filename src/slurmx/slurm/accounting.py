@@ -39,7 +39,7 @@ def _expand_ids(job_id: str) -> list[str]:
     if not match:
         return [job_id]
     base, spec = match.group(1), match.group(2).split("%")[0]
-    ids = []
+    ids: list[str] = []
     for part in spec.split(","):
         if "-" in part:
             low, high = part.split("-")

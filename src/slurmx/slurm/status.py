@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from slurmx.plan import parallelism_label
 from slurmx.results.state import read_state
 from slurmx.results.tree import PointDir, SweepDir
 from slurmx.slurm.accounting import JobInfo, Query, query_jobs
@@ -57,14 +58,8 @@ class PointStatus:
 def _parallelism(row: dict[str, Any]) -> str:
     if "tp" not in row:
         return "multinode"
-    tp, ep, dpa = row["tp"], row.get("ep", 1), row.get("dp-attn", False)
-    label = f"DEP{tp}" if dpa and ep > 1 else f"TP{tp}"
-    for name, field in (("EP", "ep"), ("PP", "pp"), ("DCP", "dcp-size"), ("PCP", "pcp-size")):
-        if field == "ep" and (dpa or ep <= 1):
-            continue
-        if row.get(field, 1) > 1:
-            label += f"-{name}{row[field]}"
-    return label
+    return parallelism_label(row["tp"], row.get("ep", 1), bool(row.get("dp-attn")), row.get("pp", 1),
+                             row.get("dcp-size", 1), row.get("pcp-size", 1))
 
 
 def _elapsed(text: str | None) -> float | None:
@@ -120,7 +115,7 @@ def point_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: di
         label = _SLURM_END.get(job.state, job.state.lower())
         if stage == "cancelled" and label == "failed":
             label = "cancelled"  # the body tore down on a signal and the job then exited non-zero
-        if label == "completed" and stage != "done":
+        if label == "completed":  # stage "done" was handled above
             label = "failed"
             reason = reason or f"job ended while the point was at stage {stage}"
     elif stage in ("failed", "cancelled"):
