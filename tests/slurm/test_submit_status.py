@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 import re
 import subprocess
 import sys
@@ -137,3 +139,26 @@ def test_dry_run_prints_sbatch_and_submits_nothing(slurm_env: SlurmEnv) -> None:
     assert re.search(r"#SBATCH --array=0-1%\d+", out)
     assert "would submit" in out
     assert not Path(slurm_env.results).exists() or not list(Path(slurm_env.results).rglob("state.json"))
+
+
+def test_status_falls_back_to_squeue_when_accounting_is_down(slurm_env: SlurmEnv, tmp_path: Path) -> None:
+    slurm_env.add_key("noacct", tp=1, concs=[3])
+    slurm_env.submit("noacct")
+    # An sacct that fails the way it does when slurmdbd is unreachable.
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    sacct = shim / "sacct"
+    sacct.write_text("#!/bin/sh\necho 'sacct: error: Problem talking to the database: Connection refused' >&2\nexit 1\n")
+    sacct.chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+    argv = [sys.executable, "-m", "slurmx", "status", "noacct", "--results", str(slurm_env.results)]
+    deadline = time.monotonic() + 60
+    while True:
+        proc = subprocess.run([*argv, "--json"], capture_output=True, text=True, check=True, env=env)
+        point = json.loads(proc.stdout)[0]
+        if (point["state"], point["stage"]) == ("running", "replay") or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert point["state"] == "running" and point["stage"] == "replay"
+    table = subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
+    assert "states from squeue" in table

@@ -81,7 +81,12 @@ def test_signal_to_the_job_tears_everything_down(stack_env: StackEnv, signum: in
             break
         time.sleep(0.5)
     assert job_processes(point["job_id"]) == []
-    stack_env.slurmx("cancel", key, "--results", str(stack_env.results))
+    # A job waiting out its time limit after SIGUSR2 is still cancellable by key.
+    code, out, _ = stack_env.slurmx("cancel", key, "--results", str(stack_env.results))
+    assert code == 0
+    if signum == signal.SIGUSR2:
+        assert "cancelled 1 job" in out
+    stack_env.wait_for(key, lambda s: s[0]["state"] not in ("running", "pending"), timeout_s=60)
 
 
 @pytest.mark.parametrize("victim", ["vllm.entrypoints", "lmcache server"])

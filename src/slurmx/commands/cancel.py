@@ -25,10 +25,16 @@ def run(args: argparse.Namespace) -> int:
     target = resolve(tree, args.target)
     points = [target.point] if target.point else [p for s in target.sweeps for p in s.points()]
     states = [s for p in points if (s := read_state(p.state_json)) and s.job_id]
-    job_ids = sorted({s.job_id for s in states if s.stage not in TERMINAL_STAGES and s.job_id})
-    jobs = query_jobs(job_ids).jobs
-    # A job accounting has not seen yet (just submitted) is cancelled too.
-    active = [j for j in job_ids if j not in jobs or jobs[j].active]
+    jobs = query_jobs(sorted({s.job_id for s in states if s.job_id})).jobs
+    # Active in Slurm (even after its point ended, e.g. waiting out a time limit), or just
+    # submitted and not yet known to accounting.
+    active = sorted(
+        {
+            s.job_id
+            for s in states
+            if s.job_id and (jobs[s.job_id].active if s.job_id in jobs else s.stage not in TERMINAL_STAGES)
+        }
+    )
     if not active:
         print(f"nothing to cancel: no queued or running job for {args.target}")
         return 0
