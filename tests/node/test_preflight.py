@@ -1,0 +1,77 @@
+"""Preflight refuses a point before any server starts, with one line saying what is wrong."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from slurmx.backends import BackendSpec
+from slurmx.node.preflight import GB, check_connector, check_gpus, check_memory, check_shm, check_tools, visible_gpus
+from slurmx.node.runtime import Runtime
+from slurmx.recipes.model import Replay
+from slurmx.recipes.resolve import ServingSpec
+
+
+def _spec(backend: BackendSpec, model: str = "tiny-llama") -> ServingSpec:
+    return ServingSpec(
+        recipe="r", recipe_file="r.yaml", recipe_sha256="0", launcher=["x"], model_flag=None, model=model,
+        served_model_name="m", engine_flags=[], env={"PYTHONHASHSEED": "0"}, block_size=128, health_path="/health",
+        startup_timeout_s=10, backend=backend, replay=Replay(kind="synthetic"), conc=2, duration_s=60,
+    )  # fmt: skip
+
+
+def _runtime(tmp_path: Path, python: str = sys.executable) -> Runtime:
+    return Runtime(kind="venv", engine_python=python, lmcache_bin="lmcache", aiperf_bin=sys.executable,
+                   model_root=str(tmp_path), hf_home=None, trace_dir=None)
+
+
+def test_gpu_count_must_match_what_slurm_gave() -> None:
+    spec = _spec(BackendSpec(name="none", gpus=8))
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) == 4
+    assert check_gpus(spec, {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}) is None
+    reason = check_gpus(spec, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert reason == "GPUs: the point needs 8, CUDA_VISIBLE_DEVICES shows 4 (0,1,2,3)"
+    assert "unset" in (check_gpus(spec, {}) or "")
+
+
+def test_host_memory_must_hold_the_l1_pool_plus_margin() -> None:
+    spec = _spec(BackendSpec(name="lmcache", l1_size_gb=1889))
+    assert check_memory(spec, 2000 * GB) is None
+    reason = check_memory(spec, 1900 * GB)
+    assert reason is not None and "1889 GB" in reason and "94 GB margin" in reason
+    assert check_memory(_spec(BackendSpec(name="none")), 0) is None
+
+
+def test_l1_in_shared_memory_must_fit_dev_shm(tmp_path: Path) -> None:
+    named = _spec(BackendSpec(name="lmcache", l1_size_gb=10**6, server_flags=["--shm-name", "slurmx"]))
+    reason = check_shm(named, tmp_path)
+    assert reason is not None and reason.startswith("/dev/shm has")
+    kept_out = _spec(BackendSpec(name="lmcache", l1_size_gb=10**6, server_flags=["--shm-name", ""]))
+    assert check_shm(kept_out, tmp_path) is None
+
+
+def test_missing_model_and_tools_are_named(tmp_path: Path) -> None:
+    spec = _spec(BackendSpec(name="none"))
+    assert "model" in (check_tools(spec, _runtime(tmp_path)) or "") and "does not exist" in (check_tools(spec, _runtime(tmp_path)) or "")
+    (tmp_path / "tiny-llama").mkdir()
+    assert check_tools(spec, _runtime(tmp_path)) is None
+    assert "is not an executable" in (check_tools(spec, _runtime(tmp_path, "/nonexistent/python")) or "")
+
+
+def test_engine_environment_must_import_the_connector(tmp_path: Path) -> None:
+    # This venv has no lmcache: the check must say so instead of letting vLLM die at start-up.
+    reason = check_connector(_spec(BackendSpec(name="lmcache", l1_size_gb=1)), _runtime(tmp_path))
+    assert reason is not None
+    assert reason.startswith("the engine environment cannot import lmcache.integration.vllm.lmcache_mp_connector")
+    assert check_connector(_spec(BackendSpec(name="none")), _runtime(tmp_path)) is None
+
+
+def test_the_real_engine_environment_imports_the_connector(tmp_path: Path) -> None:
+    import os
+
+    import pytest
+
+    python = Path(os.environ.get("SLURMX_STACK", "/opt/slurmx-stack")) / "venvs/engine/bin/python"
+    if not python.exists():
+        pytest.skip("the CPU stack is not built (scripts/local-stack.sh)")
+    assert check_connector(_spec(BackendSpec(name="lmcache", l1_size_gb=1)), _runtime(tmp_path, str(python))) is None
