@@ -1,0 +1,71 @@
+"""The synthetic agentic trace, and the arms that are rendered but cannot run here (vllm-simple, mooncake)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import yaml
+
+from slurmx.backends import ServerPorts
+from slurmx.config.load import load_clusters, load_masters
+from slurmx.node.launch import launch_plan
+from slurmx.node.runtime import runtime_for
+from slurmx.node.trace import synthetic_trace
+from slurmx.plan import expand
+from slurmx.recipes.load import load_recipes
+from slurmx.recipes.model import Replay
+from slurmx.recipes.resolve import resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+PORTS = ServerPorts(engine=8888, lmcache=20888, lmcache_http=21888, mooncake_master=22888)
+
+
+def test_trace_sessions_share_a_prefix_and_grow_turn_by_turn() -> None:
+    replay = Replay(kind="synthetic", sessions_per_conc=2, turns=3, first_turn_tokens=600, shared_prefix_tokens=512,
+                    turn_delta_tokens=100, block_tokens=128)
+    rows = synthetic_trace(replay, conc=2)
+    assert rows == synthetic_trace(replay, conc=2)  # deterministic
+    assert len(rows) == 2 * 2 * 3
+    firsts = [r for i, r in enumerate(rows) if i % 3 == 0]
+    assert {tuple(r["hash_ids"][:4]) for r in firsts} == {(0, 1, 2, 3)}  # 512 shared tokens = 4 blocks
+    assert len({r["hash_ids"][-1] for r in firsts}) == 4  # and then each session its own
+    later = [r for i, r in enumerate(rows) if i % 3]
+    assert all(r["input_length"] < 200 for r in later)  # per-turn deltas: the context grows by them
+    all_ids = [h for r in rows for h in r["hash_ids"][4 if r in firsts else 0 :]]
+    assert len(all_ids) == len(set(all_ids))
+    assert set(rows[0]) == {"session_id", "input_length", "output_length", "hash_ids", "delay"}
+
+
+def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path) -> None:
+    master = yaml.safe_load((ROOT / "configs/nvidia-master.yaml").read_text())
+    key = dict(master["kimik3-fp4-b300-vllm-agentic-dspark-lmcache"])
+    key["scenarios"] = {"agentic-coding": [{"dram-utilization": 0.63, "search-space": [
+        {"tp": 8, "ep": 1, "spec-decoding": "mtp", "kv-offloading": "dram", "kv-offload-backend": {"name": name}, "conc-list": [4]}
+        for name in ("vllm-simple", "mooncake")
+    ]}]}  # fmt: skip
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"arms": key}))
+    masters = load_masters([tmp_path / "m.yaml"])
+    clusters = load_clusters(ROOT / "configs/clusters.yaml")
+    recipes = load_recipes(ROOT / "jobs")
+    simple, mooncake = expand(["arms"], masters, clusters)
+    runtime = runtime_for(clusters.profiles["cluster:b300-nv"], simple.image)
+
+    plan = launch_plan(resolve(simple, recipes), PORTS, runtime)
+    argv = plan.engine.argv
+    connector = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert connector["kv_connector"] == "SimpleCPUOffloadConnector"
+    assert connector["kv_connector_extra_config"]["cpu_bytes_to_use_per_rank"] == int(1889 * 1e9 / 8)
+    assert [p.name for p in plan.servers] == ["engine"]
+
+    plan = launch_plan(resolve(mooncake, recipes), PORTS, runtime)
+    assert [p.name for p in plan.servers] == ["mooncake-master", "engine"]
+    assert "mooncake_master --port 22888" in shlex.join(plan.servers[0].argv)
+    argv = plan.engine.argv
+    connector = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert connector["kv_connector"] == "MooncakeStoreConnector"
+    assert connector["kv_load_failure_policy"] == "recompute"
+    assert connector["kv_connector_extra_config"]["global_segment_size_gb"] == round(1889 / 8, 3)
+    for plan_argv in (argv,):
+        assert "--enable-auto-tool-choice" in plan_argv and "--tool-call-parser" in plan_argv
