@@ -94,7 +94,19 @@ def _check_submittable(points: list[Point]) -> None:
             raise UserError(f"{p.config_key}: {kind} points cannot be submitted yet (single-node agentic-coding only)")
 
 
-def _decide(points: list[Point], tree: ResultsTree, sweep: SweepDir, force: bool, only_failed: bool) -> list[Decision]:
+def _serving_changed(point_json: Path, serving: dict[str, Any] | None) -> bool:
+    """Whether the point last ran with other serving settings than its recipe now resolves to."""
+    if serving is None or not point_json.exists():
+        return False
+    before = ledger.PointRecord.model_validate_json(point_json.read_text()).serving or {}
+    provenance = ("recipe_file", "recipe_sha256")
+    return {k: v for k, v in before.items() if k not in provenance} != {k: v for k, v in serving.items() if k not in provenance}
+
+
+def _decide(
+    points: list[Point], tree: ResultsTree, sweep: SweepDir, force: bool, only_failed: bool,
+    serving: dict[str, dict[str, Any]],
+) -> list[Decision]:
     states = {p.point_id: read_state(sweep.point(p.point_id).state_json) for p in points}
     active_jobs = [s.job_id for s in states.values() if s and s.job_id and s.stage not in ("done", "failed", "cancelled")]
     jobs = query_jobs(active_jobs).jobs if active_jobs else {}
@@ -110,7 +122,10 @@ def _decide(points: list[Point], tree: ResultsTree, sweep: SweepDir, force: bool
         elif force:
             decisions.append(Decision(p, "submit", "--force"))
         elif (state is not None and state.stage == "done") or done_elsewhere:
-            decisions.append(Decision(p, "skip", "done" if not done_elsewhere else f"done in sweep {done_elsewhere}"))
+            why = "done" if not done_elsewhere else f"done in sweep {done_elsewhere}"
+            if _serving_changed(sweep.point(p.point_id).point_json, serving.get(p.point_id)):
+                why += " (its recipe has changed since: --force to rerun)"
+            decisions.append(Decision(p, "skip", why))
         elif state is None:
             decisions.append(Decision(p, "skip" if only_failed else "submit", "never ran" if not only_failed else "never ran (--only-failed)"))
         else:
@@ -151,7 +166,7 @@ def submit_key(key: str, points: list[Point], loaded: Loaded, args: argparse.Nam
     report = KeyReport(key, sweep.sweep_id, str(sweep.path))
     serving = _serving_for(points, profile, loaded)
     with locked(tree.key_lock(key)):
-        report.decisions = _decide(points, tree, sweep, args.force, args.only_failed)
+        report.decisions = _decide(points, tree, sweep, args.force, args.only_failed, serving)
         chosen = [d.point for d in report.decisions if d.action == "submit"]
         plan = ArrayPlan(
             sweep=sweep,
