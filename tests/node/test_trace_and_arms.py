@@ -69,3 +69,26 @@ def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path)
     assert connector["kv_connector_extra_config"]["global_segment_size_gb"] == round(1889 / 8, 3)
     for plan_argv in (argv,):
         assert "--enable-auto-tool-choice" in plan_argv and "--tool-call-parser" in plan_argv
+
+
+def test_a_configured_router_fronts_the_engine(tmp_path: Path) -> None:
+    master = yaml.safe_load((ROOT / "configs/nvidia-master.yaml").read_text())
+    key = dict(master["dsv4-fp4-b200-vllm-agentic-lmcache"])
+    key["scenarios"] = {"agentic-coding": [{"dram-utilization": 0.8, "search-space": [
+        {"tp": 8, "ep": 8, "dp-attn": True, "kv-offloading": "dram", "kv-offload-backend": {"name": "lmcache"},
+         "router": {"name": "vllm-router"}, "conc-list": [16]}
+    ]}]}  # fmt: skip
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"routed": key}))
+    masters = load_masters([tmp_path / "m.yaml"])
+    clusters = load_clusters(ROOT / "configs/clusters.yaml")
+    (point,) = expand(["routed"], masters, clusters)
+    spec = resolve(point, load_recipes(ROOT / "jobs"))
+    ports = ServerPorts(engine=8888, lmcache=20888, lmcache_http=21888, mooncake_master=22888, engine_behind_router=8889)
+    plan = launch_plan(spec, ports, runtime_for(clusters.profiles["cluster:b200-dgxc"], point.image))
+    assert [p.name for p in plan.servers] == ["lmcache", "engine", "router"]
+    engine = shlex.join(plan.engine.argv)
+    assert "--port 8889" in engine and plan.engine.health_url == "http://127.0.0.1:8889/health"
+    router = shlex.join(plan.servers[-1].argv)
+    assert "vllm-router --host 127.0.0.1 --port 8888 --worker-urls http://127.0.0.1:8889" in router
+    assert "--intra-node-data-parallel-size 8" in router and "--policy consistent_hash" in router
+    assert plan.engine_url == "http://127.0.0.1:8888"  # the replay goes through the router

@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict
 class ServerPorts:
     """Ports chosen on the node (free ones), or InferenceX's fixed ones when rendering for review."""
 
-    engine: int
+    engine: int  # where clients connect: the engine, or the router in front of it
     lmcache: int
     lmcache_http: int
     mooncake_master: int
+    engine_behind_router: int = 0  # the engine's own port when a router fronts it
 
 
 class BackendSpec(BaseModel):

@@ -22,7 +22,7 @@ from slurmx.slurm.request import slurm_request
 from slurmx.slurm.submit import ArrayPlan, render_sbatch
 
 # InferenceX's fixed ports, so rendered commands read like the scripts they replace.
-REVIEW_PORTS = ServerPorts(engine=8888, lmcache=20888, lmcache_http=21888, mooncake_master=22888)
+REVIEW_PORTS = ServerPorts(engine=8888, lmcache=20888, lmcache_http=21888, mooncake_master=22888, engine_behind_router=8889)
 POINT_DIR = Path("$POINT_DIR")
 
 

@@ -27,19 +27,23 @@ class Process:
 
 @dataclass
 class LaunchPlan:
-    servers: list[Process] = field(default_factory=list)  # in start order; the engine is last
-    engine_url: str = ""
+    servers: list[Process] = field(default_factory=list)  # in start order: backend server, engine, router
+    engine_url: str = ""  # where clients (the replay) connect
 
     @property
     def engine(self) -> Process:
-        return self.servers[-1]
+        return next(p for p in self.servers if p.name == "engine")
+
+
+def engine_port(spec: ServingSpec, ports: ServerPorts) -> int:
+    return ports.engine_behind_router if spec.router is not None else ports.engine
 
 
 def engine_argv(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> list[str]:
     model = runtime.model_path(spec.model)
     argv = runtime.head(spec.launcher)
     argv += [spec.model_flag, model] if spec.model_flag else [model]
-    argv += ["--served-model-name", spec.served_model_name, "--host", "127.0.0.1", "--port", str(ports.engine)]
+    argv += ["--served-model-name", spec.served_model_name, "--host", "127.0.0.1", "--port", str(engine_port(spec, ports))]
     argv += spec.engine_flags
     connector = kv_transfer_config(spec.backend, ports)
     if connector is not None:
@@ -67,10 +71,18 @@ def launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> Laun
             "engine",
             runtime.wrap(engine_argv(spec, ports, runtime), "engine"),
             engine_env,
-            f"{plan.engine_url}{spec.health_path}",
+            f"http://127.0.0.1:{engine_port(spec, ports)}{spec.health_path}",
             spec.startup_timeout_s,
         )
     )
+    if spec.router is not None:
+        router = spec.router
+        argv = [*router.launcher, "--host", "127.0.0.1", "--port", str(ports.engine),
+                "--worker-urls", f"http://127.0.0.1:{ports.engine_behind_router}", *router.flags]
+        plan.servers.append(
+            Process("router", runtime.wrap(argv, "router"), dict(COMMON_ENV), f"{plan.engine_url}{router.health_path}",
+                    router.startup_timeout_s)
+        )
     return plan
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from slurmx.backends import ServerPorts
 from slurmx.node.entry import PointFailed, StageRecorder
-from slurmx.node.launch import LaunchPlan, Process, launch_plan, replay_process
+from slurmx.node.launch import LaunchPlan, Process, engine_port, launch_plan, replay_process
 from slurmx.node.ports import free_ports
 from slurmx.node.preflight import preflight
 from slurmx.node.runtime import Runtime, runtime_for
@@ -47,6 +47,12 @@ class Servers:
     plan: LaunchPlan
     ports: ServerPorts
     processes: list[Managed]
+    spec: ServingSpec
+
+    @property
+    def engine_direct_url(self) -> str:
+        """The engine itself, not a router in front of it: for its metrics and cache resets."""
+        return f"http://127.0.0.1:{engine_port(self.spec, self.ports)}"
 
 
 def scrape(url: str, timeout_s: float = 10.0) -> str | None:
@@ -71,13 +77,14 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
     problems = preflight(spec, runtime, dict(os.environ))
     if problems:
         raise PointFailed("preflight: " + "; ".join(problems))
-    engine, lmc, lmc_http, master = free_ports(4)
-    ports = ServerPorts(engine=engine, lmcache=lmc, lmcache_http=lmc_http, mooncake_master=master)
+    engine, lmc, lmc_http, master, behind = free_ports(5)
+    ports = ServerPorts(engine=engine, lmcache=lmc, lmcache_http=lmc_http, mooncake_master=master,
+                        engine_behind_router=behind)
     plan = launch_plan(spec, ports, runtime)
     base_env = dict(os.environ)
     started = []
     for process in plan.servers:
-        first.recorder.stage("engine" if process.name == "engine" else "lmcache")
+        first.recorder.stage("engine" if process.name in ("engine", "router") else "lmcache")
         managed = supervisor.start(process.name, process.argv, process.env, base_env=base_env)
         started.append(managed)
         if process.health_url:
@@ -85,7 +92,7 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
                 supervisor.wait_ready(managed, process.health_url, timeout_s=process.ready_timeout_s, interval_s=1.0)
             except SupervisorError as exc:
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
-    return Servers(plan, ports, started)
+    return Servers(plan, ports, started, spec)
 
 
 def _link_server_logs(owner: PointDir, member: PointDir) -> None:
@@ -102,7 +109,7 @@ def _link_server_logs(owner: PointDir, member: PointDir) -> None:
 
 def reset_caches(servers: Servers) -> None:
     """Cold caches for each concurrency on a shared server (vLLM dev mode; LMCache's own clear)."""
-    engine_ok = post(f"{servers.plan.engine_url}/reset_prefix_cache?reset_external=true")
+    engine_ok = post(f"{servers.engine_direct_url}/reset_prefix_cache?reset_external=true")
     if servers.plan.servers[0].name == "lmcache":
         post(f"http://127.0.0.1:{servers.ports.lmcache_http}/cache/clear")
     if not engine_ok:
@@ -127,7 +134,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> tuple[str 
         trace, turns = member.point.path / "trace.jsonl", len(rows)
         write_trace(trace, rows)
     process: Process = replay_process(spec, servers.ports, runtime, artifacts, trace, turns)
-    metrics_url = f"{servers.plan.engine_url}/metrics"
+    metrics_url = f"{servers.engine_direct_url}/metrics"
     before = scrape(metrics_url)
     started = time.time()
     with Supervisor(member.point.path, f"{member.record.point_id}-replay", grace_s=4.0) as replay_sup:

@@ -91,6 +91,16 @@ class Replay(_Model):
     block_tokens: PositiveInt = 128
 
 
+class RouterRecipe(_Model):
+    """A request router in front of the engine, started when a point's config names a router."""
+
+    name: str  # the config's router name this serves, e.g. vllm-router
+    launcher: list[str] = Field(min_length=1)
+    flags: Flags = Field(default_factory=dict)
+    health_path: str = "/health"
+    startup_timeout_s: PositiveInt = 300
+
+
 class Recipe(_Model):
     recipe: str
     match: Match
@@ -101,6 +111,7 @@ class Recipe(_Model):
     engine: Engine
     arms: dict[ArmName, Arm]
     replay: Replay
+    router: RouterRecipe | None = None
 
     @field_validator("env_policy")
     @classmethod

@@ -15,6 +15,16 @@ from slurmx.recipes.model import Replay, render_flags
 from slurmx.slurm.ledger import file_digest
 
 
+class RouterSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    launcher: list[str]
+    flags: list[str]  # without the ports and worker URLs (chosen on the node)
+    health_path: str
+    startup_timeout_s: int
+
+
 class ServingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -34,6 +44,7 @@ class ServingSpec(BaseModel):
     replay: Replay
     conc: int
     duration_s: int
+    router: RouterSpec | None = None
 
 
 def parallel_flags(point: Point) -> list[str]:
@@ -88,7 +99,17 @@ def resolve(point: Point, recipes: Recipes) -> ServingSpec:
     for rule in recipe.engine.per_conc:
         if rule.applies(point.conc):
             flags += render_flags(rule.flags)
+    router = None
+    if point.router is not None:
+        if recipe.router is None or recipe.router.name != point.router.name:
+            raise file.error(("router",), f"{point.config_key} asks for router {point.router.name!r}; the recipe has none by that name")
+        flags = render_flags(recipe.router.flags)
+        if point.dp_attn:
+            flags += ["--intra-node-data-parallel-size", str(point.tp)]
+        router = RouterSpec(name=recipe.router.name, launcher=list(recipe.router.launcher), flags=flags,
+                            health_path=recipe.router.health_path, startup_timeout_s=recipe.router.startup_timeout_s)
     return ServingSpec(
+        router=router,
         recipe=recipe.recipe,
         recipe_file=str(file.path),
         recipe_sha256=file_digest(file.path),
