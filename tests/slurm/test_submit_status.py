@@ -65,12 +65,16 @@ def test_states_from_a_fresh_process_and_safe_resubmit(slurm_env: SlurmEnv) -> N
     # Cancel one point; the pending one then runs.
     code, out, _ = slurm_env.slurmx("cancel", status["3"]["point_id"], "--results", str(slurm_env.results))
     assert code == 0 and "cancelled 1 job" in out
-    status = slurm_env.wait_for(lambda s: s["3"]["state"] == "cancelled" and s["5"]["state"] == "running", "states")
+    status = slurm_env.wait_for(
+        lambda s: s["3"]["stage"] == "cancelled" and s["3"]["state"] == "cancelled" and s["5"]["state"] == "running", "states"
+    )
     assert "SIGTERM" in (status["3"]["reason"] or "")
 
     for conc in ("4", "5"):
         slurm_env.slurmx("cancel", status[conc]["point_id"], "--results", str(slurm_env.results))
-    status = slurm_env.wait_for(lambda s: s["4"]["state"] == "cancelled" and s["5"]["state"] == "cancelled", "states")
+    status = slurm_env.wait_for(
+        lambda s: all(s[c]["state"] == "cancelled" and s[c]["stage"] == "cancelled" for c in ("4", "5")), "states"
+    )
 
     # --only-failed reruns the failed and cancelled points, as attempt 2; the done one stays done.
     rerun = slurm_env.submit("states", "--only-failed")[0]
