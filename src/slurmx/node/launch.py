@@ -91,11 +91,11 @@ def replay_process(
 ) -> Process:
     url = f"http://127.0.0.1:{ports.engine}"
     env: dict[str, str] = dict(COMMON_ENV)
+    extra = [lmcache.metrics_url(ports)] if spec.backend.name == "lmcache" else []
     if spec.replay.kind == "production":
-        argv = production_argv(runtime.aiperf_bin, spec, url, artifact_dir, runtime.model_path(spec.model))
+        argv = production_argv(runtime.aiperf_bin, spec, url, artifact_dir, runtime.model_path(spec.model), extra)
     else:
         assert trace is not None
-        extra = [lmcache.metrics_url(ports)] if spec.backend.name == "lmcache" else []
         # aiperf finds the local tokenizer in an HF cache layout, offline (LOCAL_STACK.md).
         tokenizer = f"local/{Path(spec.model).name}"
         argv = synthetic_argv(runtime.aiperf_bin, spec, url, artifact_dir, trace, turns, tokenizer, extra)

@@ -7,10 +7,12 @@ from pathlib import Path
 from slurmx.recipes.resolve import ServingSpec
 
 
-def production_argv(aiperf: str, spec: ServingSpec, url: str, artifact_dir: Path, model_path: str) -> list[str]:
+def production_argv(
+    aiperf: str, spec: ServingSpec, url: str, artifact_dir: Path, model_path: str, extra_metrics_urls: list[str]
+) -> list[str]:
     """InferenceX's agentic replay (PyPI aiperf 0.13 flags; its fork-only ones are left out)."""
     replay = spec.replay
-    return [
+    argv = [
         aiperf, "profile",
         "--scenario", replay.scenario,
         "--url", url,
@@ -38,6 +40,10 @@ def production_argv(aiperf: str, spec: ServingSpec, url: str, artifact_dir: Path
         "--ui-type", "none",
         "--output-artifact-dir", str(artifact_dir),
     ]  # fmt: skip
+    # aiperf scrapes the engine's /metrics by itself; other servers' metrics are added by URL.
+    if extra_metrics_urls:
+        argv += ["--server-metrics", *extra_metrics_urls]
+    return argv
 
 
 def synthetic_argv(
