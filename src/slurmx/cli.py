@@ -3,40 +3,35 @@
 from __future__ import annotations
 
 import argparse
-from types import ModuleType
+import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from slurmx import __version__
-from slurmx.commands import plan as plan_cmd
 from slurmx.errors import UserError
 
+# Subcommand -> module. Only the module of the command being run is imported, so `slurmx plan`
+# does not pay for submitit, matplotlib and the node code.
+COMMANDS = ("plan", "submit", "status", "cancel", "logs", "collect", "render")
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmx",
         description="Run LLM-serving benchmark sweeps (InferenceX master configs) as Slurm jobs.",
     )
     parser.add_argument("--version", action="version", version=f"slurmx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in _commands():
+    for name in COMMANDS if only not in COMMANDS else (only,):
+        module: ModuleType = importlib.import_module(f"slurmx.commands.{name}")
         module.register(sub)
     return parser
 
 
-def _commands() -> list[ModuleType]:
-    modules: list[ModuleType] = [plan_cmd]
-    for name in ("submit", "status", "cancel", "logs", "collect", "render"):
-        try:
-            modules.append(__import__(f"slurmx.commands.{name}", fromlist=["register"]))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"slurmx.commands.{name}":
-                raise
-    return modules
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
