@@ -45,3 +45,19 @@ def test_plan_table_names_points_and_budget(capsys: pytest.CaptureFixture[str]) 
 def test_plan_without_key_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan"]) == 2
     assert "name at least one config key" in capsys.readouterr().err
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("plan", "submit", "status", "cancel", "logs", "collect", "render"):
+        assert f"    {command} " in out
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plam"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'plam'" in capsys.readouterr().err
