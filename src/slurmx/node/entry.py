@@ -6,6 +6,7 @@ Stage changes go to each point's state.json, so `slurmx status` sees them from a
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -57,8 +58,20 @@ def job_marker() -> str:
     return f"{_job_id() or 'local'}-{os.getpid()}"
 
 
+def _take_over_signals() -> None:
+    """From the first line of the job on, a signal ends the body (submitit would ignore SIGTERM)."""
+    from slurmx.node.supervisor import JobInterrupted
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise JobInterrupted(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2, signal.SIGHUP):
+        signal.signal(signum, interrupt)
+
+
 def run_job(sweep_path: str, point_ids: list[str]) -> dict[str, str]:
     """Run the points of one array task in order; raise if any failed so Slurm records FAILED."""
+    _take_over_signals()
     from slurmx.node.body import run_points
 
     sweep = SweepDir(Path(sweep_path))
