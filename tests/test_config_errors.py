@@ -106,6 +106,9 @@ CASES = [
          expect_line=4, expect=("hardware.cluster:t.gpu-per-node", "did you mean 'gpus-per-node'")),
     Case("clusters zero gpus", clusters=CLUSTERS.replace("gpus-per-node: 8", "gpus-per-node: 0"), file="clusters.yaml",
          expect_line=4, expect=("gpus-per-node", "greater than 0")),
+    Case("clusters signal too close to the limit",
+         clusters=CLUSTERS + "    slurm: { partition: p, time-limit-min: 1, signal-delay-s: 30 }\n",
+         file="clusters.yaml", expect_line=5, expect=("hardware.cluster:t.slurm", "leaves under a minute")),
     Case("clusters bad slurm section", clusters=CLUSTERS + "    slurm: { partition: p, exclusive: maybe }\n",
          file="clusters.yaml", expect_line=5, expect=("slurm.exclusive", "'maybe'")),
 ]

@@ -6,9 +6,9 @@ and slurmx adds optional `slurm:` and `runtime:` sections per label.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from slurmx.config.master import _kebab
 
@@ -32,6 +32,17 @@ class SlurmProfile(_Model):
     share_server: bool = False  # one job runs all concurrencies of a serving config on one server
     signal_delay_s: PositiveInt = 120  # SIGUSR2 this long before the time limit, so teardown runs
     cpus_per_task: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _signal_after_start(self) -> Self:
+        # Slurm checks signal times about once a minute: a lead this close to the limit can hit the
+        # job while it starts, before the body can tear anything down.
+        if self.signal_delay_s > self.time_limit_min * 60 - 60:
+            raise ValueError(
+                f"signal-delay-s {self.signal_delay_s} leaves under a minute of a {self.time_limit_min}-minute "
+                "time limit: raise time-limit-min or lower signal-delay-s"
+            )
+        return self
 
 
 class RuntimeProfile(_Model):
