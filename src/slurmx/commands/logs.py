@@ -11,7 +11,7 @@ from slurmx import paths
 from slurmx.commands.targets import resolve
 from slurmx.errors import UserError
 from slurmx.results.state import TERMINAL_STAGES, read_state
-from slurmx.results.tree import ResultsTree
+from slurmx.results.tree import PointDir, ResultsTree, SweepDir
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,12 +23,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def _log_files(point_path: Path, sweep_submitit: Path, job_id: str | None) -> dict[str, Path]:
-    files = {p.stem: p for p in sorted((point_path / "logs").glob("*.log"))}
-    if job_id:
-        slurm_log = sweep_submitit / f"{job_id}_0_log.out"
-        if slurm_log.exists():
-            files["slurm"] = slurm_log
+def _log_files(point: PointDir, sweep: SweepDir, job_id: str | None) -> dict[str, Path]:
+    files = {p.stem: p for p in sorted(point.logs.glob("*.log"))}
+    if job_id and sweep.slurm_log(job_id).exists():
+        files["slurm"] = sweep.slurm_log(job_id)
     return files
 
 
@@ -39,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.point!r} is a key or sweep; name one point id (see slurmx status)")
     point, sweep = target.point, target.sweeps[0]
     state = read_state(point.state_json)
-    files = _log_files(point.path, sweep.submitit, state.job_id if state else None)
+    files = _log_files(point, sweep, state.job_id if state else None)
     if args.name:
         if args.name not in files:
             raise UserError(f"point {point.point_id} has no {args.name} log (has: {', '.join(files) or 'none yet'})")
@@ -54,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     while True:
         state = read_state(point.state_json)
-        for name, path in _log_files(point.path, sweep.submitit, state.job_id if state else None).items():
+        for name, path in _log_files(point, sweep, state.job_id if state else None).items():
             if args.name and name != args.name:
                 continue
             size = path.stat().st_size

@@ -20,7 +20,7 @@ from slurmx.errors import UserError
 from slurmx.node.runtime import sbatch_setup_lines
 from slurmx.plan import Point, server_groups
 from slurmx.recipes.resolve import resolve_all
-from slurmx.results.state import read_state
+from slurmx.results.state import TERMINAL_STAGES, read_state
 from slurmx.results.tree import ResultsTree, SweepDir
 from slurmx.slurm import cluster_check, ledger
 from slurmx.slurm.accounting import query_jobs
@@ -108,7 +108,7 @@ def _decide(
     serving: dict[str, dict[str, Any]],
 ) -> list[Decision]:
     states = {p.point_id: read_state(sweep.point(p.point_id).state_json) for p in points}
-    active_jobs = [s.job_id for s in states.values() if s and s.job_id and s.stage not in ("done", "failed", "cancelled")]
+    active_jobs = [s.job_id for s in states.values() if s and s.job_id and s.stage not in TERMINAL_STAGES]
     jobs = query_jobs(active_jobs).jobs if active_jobs else {}
     decisions = []
     for p in points:

@@ -10,11 +10,11 @@ import os
 import signal
 import time
 
-from slurmx.node.entry import PointFailed, StageRecorder, job_marker, load_record
+from slurmx.node.entry import PointFailed, StageRecorder, job_marker
 from slurmx.node.supervisor import JobInterrupted, Supervisor
 from slurmx.results.state import TERMINAL_STAGES
 from slurmx.results.tree import SweepDir
-from slurmx.slurm.ledger import PointRecord
+from slurmx.slurm.ledger import PointRecord, read_point
 
 TEARDOWN_GRACE_S = 4.0  # below Slurm's KillWait, so our KILL comes before Slurm's
 
@@ -27,7 +27,7 @@ def run_points(sweep: SweepDir, point_ids: list[str]) -> dict[str, str]:
     members = []
     for point_id in point_ids:
         point = sweep.point(point_id)
-        members.append(Member(point, load_record(point), StageRecorder(point)))
+        members.append(Member(point, read_point(point), StageRecorder(point)))
     members[0].recorder.started()
     try:
         with Supervisor(members[0].point.path, job_marker(), grace_s=TEARDOWN_GRACE_S) as supervisor:

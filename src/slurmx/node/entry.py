@@ -12,7 +12,6 @@ from pathlib import Path
 
 from slurmx.results.state import PointState, Stage, read_state, write_state
 from slurmx.results.tree import PointDir, SweepDir
-from slurmx.slurm.ledger import PointRecord, read_point
 
 
 class PointFailed(Exception):
@@ -81,6 +80,3 @@ def run_job(sweep_path: str, point_ids: list[str]) -> dict[str, str]:
         raise JobFailed("; ".join(f"{pid}: {why}" for pid, why in failed.items()))
     return outcomes
 
-
-def load_record(point: PointDir) -> PointRecord:
-    return read_point(point)

@@ -64,6 +64,10 @@ class SweepDir:
     def submitit(self) -> Path:
         return self.path / "submitit"
 
+    def slurm_log(self, job_id: str) -> Path:
+        """Slurm's output of one job or array task (submitit's name; stderr goes there too)."""
+        return self.submitit / f"{job_id}_0_log.out"
+
     @property
     def lock(self) -> Path:
         return self.path.parent / ".submit.lock"

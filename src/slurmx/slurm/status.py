@@ -88,11 +88,8 @@ def explaining_log(sweep: SweepDir, point: PointDir, job_id: str | None) -> Path
     logs = sorted(point.logs.glob("*.log"), key=lambda p: p.stat().st_mtime) if point.logs.is_dir() else []
     if logs:
         return logs[-1]
-    if job_id:
-        for name in (f"{job_id}_0_log.out", f"{job_id}_0_log.err"):
-            candidate = sweep.submitit / name
-            if candidate.exists():
-                return candidate
+    if job_id and sweep.slurm_log(job_id).exists():
+        return sweep.slurm_log(job_id)
     return None
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import submitit
@@ -79,11 +77,3 @@ def submit_array(plan: ArrayPlan) -> list[str]:
 
 def array_id(task_ids: list[str]) -> str | None:
     return task_ids[0].split("_")[0] if task_ids else None
-
-
-def now() -> float:
-    return time.time()
-
-
-def submitit_log(sweep: SweepDir, job_id: str) -> Path:
-    return sweep.submitit / f"{job_id}_0_log.out"
