@@ -6,27 +6,34 @@ import sys
 from pathlib import Path
 
 from slurmx.backends import BackendSpec
-from slurmx.node.preflight import GB, check_connector, check_gpus, check_memory, check_shm, check_tools, visible_gpus
-from slurmx.node.runtime import Runtime
+from slurmx.backends.lmcache import LMCacheSpec, check_connector, check_shm
+from slurmx.backends.none import BACKEND as NO_OFFLOAD
+from slurmx.backends.none import NoneSpec
+from slurmx.node.preflight import GB, check_gpus, check_memory, check_tools, visible_gpus
 from slurmx.recipes.model import Replay
-from slurmx.recipes.resolve import ServingSpec
+from slurmx.recipes.spec import ServingSpec
+from slurmx.runtimes.venv import VenvRuntime
 
 
-def _spec(backend: BackendSpec, model: str = "tiny-llama") -> ServingSpec:
+def _spec(backend: BackendSpec, model: str = "tiny-llama", gpus: int = 1) -> ServingSpec:
     return ServingSpec(
         recipe="r", recipe_file="r.yaml", recipe_sha256="0", launcher=["x"], model_flag=None, model=model,
         served_model_name="m", engine_flags=[], env={"PYTHONHASHSEED": "0"}, block_size=128, health_path="/health",
-        startup_timeout_s=10, backend=backend, replay=Replay(kind="synthetic"), conc=2, duration_s=60,
+        startup_timeout_s=10, gpus=gpus, backend=backend, replay=Replay(kind="synthetic"), conc=2, duration_s=60,
     )  # fmt: skip
 
 
-def _runtime(tmp_path: Path, python: str = sys.executable) -> Runtime:
-    return Runtime(kind="venv", engine_python=python, lmcache_bin="lmcache", aiperf_bin=sys.executable,
-                   model_root=str(tmp_path), hf_home=None, trace_dir=None)
+def _lmcache(l1_size_gb: int, server_flags: list[str] | None = None) -> LMCacheSpec:
+    return LMCacheSpec(name="lmcache", l1_size_gb=l1_size_gb, l1_fraction=1.0, chunk_size=256,
+                       transfer_mode="engine_driven", server_flags=server_flags or [])  # fmt: skip
+
+
+def _runtime(tmp_path: Path, python: str = sys.executable) -> VenvRuntime:
+    return VenvRuntime(engine_python=python, lmcache_bin="lmcache", aiperf_bin=sys.executable, model_root=str(tmp_path))
 
 
 def test_gpu_count_must_match_what_slurm_gave() -> None:
-    spec = _spec(BackendSpec(name="none", gpus=8))
+    spec = _spec(NoneSpec(name="none"), gpus=8)
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) == 4
     assert check_gpus(spec, {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}) is None
     reason = check_gpus(spec, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
@@ -35,23 +42,23 @@ def test_gpu_count_must_match_what_slurm_gave() -> None:
 
 
 def test_host_memory_must_hold_the_l1_pool_plus_margin() -> None:
-    spec = _spec(BackendSpec(name="lmcache", l1_size_gb=1889))
+    spec = _spec(_lmcache(1889))
     assert check_memory(spec, 2000 * GB) is None
     reason = check_memory(spec, 1900 * GB)
     assert reason is not None and "1889 GB" in reason and "94 GB margin" in reason
-    assert check_memory(_spec(BackendSpec(name="none")), 0) is None
+    assert check_memory(_spec(NoneSpec(name="none")), 0) is None
 
 
 def test_l1_in_shared_memory_must_fit_dev_shm(tmp_path: Path) -> None:
-    named = _spec(BackendSpec(name="lmcache", l1_size_gb=10**6, server_flags=["--shm-name", "slurmx"]))
+    named = _lmcache(10**6, ["--shm-name", "slurmx"])
     reason = check_shm(named, tmp_path)
     assert reason is not None and reason.startswith("/dev/shm has")
-    kept_out = _spec(BackendSpec(name="lmcache", l1_size_gb=10**6, server_flags=["--shm-name", ""]))
+    kept_out = _lmcache(10**6, ["--shm-name", ""])
     assert check_shm(kept_out, tmp_path) is None
 
 
 def test_missing_model_and_tools_are_named(tmp_path: Path) -> None:
-    spec = _spec(BackendSpec(name="none"))
+    spec = _spec(NoneSpec(name="none"))
     assert "model" in (check_tools(spec, _runtime(tmp_path)) or "") and "does not exist" in (check_tools(spec, _runtime(tmp_path)) or "")
     (tmp_path / "tiny-llama").mkdir()
     assert check_tools(spec, _runtime(tmp_path)) is None
@@ -60,10 +67,11 @@ def test_missing_model_and_tools_are_named(tmp_path: Path) -> None:
 
 def test_engine_environment_must_import_the_connector(tmp_path: Path) -> None:
     # This venv has no lmcache: the check must say so instead of letting vLLM die at start-up.
-    reason = check_connector(_spec(BackendSpec(name="lmcache", l1_size_gb=1)), _runtime(tmp_path))
+    reason = check_connector(_runtime(tmp_path))
     assert reason is not None
     assert reason.startswith("the engine environment cannot import lmcache.integration.vllm.lmcache_mp_connector")
-    assert check_connector(_spec(BackendSpec(name="none")), _runtime(tmp_path)) is None
+    # only the LMCache backend asks for the check
+    assert NO_OFFLOAD.preflight(NoneSpec(name="none"), _runtime(tmp_path)) == []
 
 
 def test_the_real_engine_environment_imports_the_connector(tmp_path: Path) -> None:
@@ -74,4 +82,4 @@ def test_the_real_engine_environment_imports_the_connector(tmp_path: Path) -> No
     python = Path(os.environ.get("SLURMX_STACK", "/opt/slurmx-stack")) / "venvs/engine/bin/python"
     if not python.exists():
         pytest.skip("the CPU stack is not built (scripts/local-stack.sh)")
-    assert check_connector(_spec(BackendSpec(name="lmcache", l1_size_gb=1)), _runtime(tmp_path, str(python))) is None
+    assert check_connector(_runtime(tmp_path, str(python))) is None

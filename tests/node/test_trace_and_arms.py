@@ -8,10 +8,10 @@ from pathlib import Path
 
 import yaml
 
-from slurmx.backends import ServerPorts
+from slurmx.process import ServerPorts
 from slurmx.config.load import load_clusters, load_masters
 from slurmx.node.launch import launch_plan
-from slurmx.node.runtime import runtime_for
+from slurmx.runtimes import runtime_for
 from slurmx.node.trace import synthetic_trace
 from slurmx.plan import expand
 from slurmx.recipes.load import load_recipes
@@ -19,7 +19,7 @@ from slurmx.recipes.model import Replay
 from slurmx.recipes.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
-PORTS = ServerPorts(engine=8888, lmcache=20888, lmcache_http=21888, mooncake_master=22888)
+PORTS = ServerPorts(engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888})
 
 
 def test_trace_sessions_share_a_prefix_and_grow_turn_by_turn() -> None:
@@ -83,7 +83,7 @@ def test_a_configured_router_fronts_the_engine(tmp_path: Path) -> None:
     clusters = load_clusters(ROOT / "configs/clusters.yaml")
     (point,) = expand(["routed"], masters, clusters)
     spec = resolve(point, load_recipes(ROOT / "jobs"))
-    ports = ServerPorts(engine=8888, lmcache=20888, lmcache_http=21888, mooncake_master=22888, engine_behind_router=8889)
+    ports = ServerPorts(engine=8888, engine_behind_router=8889, named={"lmcache": 20888, "lmcache-http": 21888})
     plan = launch_plan(spec, ports, runtime_for(clusters.profiles["cluster:b200-dgxc"], point.image))
     assert [p.name for p in plan.servers] == ["lmcache", "engine", "router"]
     engine = shlex.join(plan.engine.argv)

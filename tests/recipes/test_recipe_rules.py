@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 from slurmx import cli
-from slurmx.backends import ServerPorts, kv_transfer_config
+from slurmx import backends
+from slurmx.backends import BackendSpec
+from slurmx.process import ServerPorts
 from slurmx.backends import lmcache as lmcache_backend
 from slurmx.config.load import load_clusters, load_masters
 from slurmx.config.master import KvOffloadBackend
@@ -32,7 +34,7 @@ MASTER = ROOT / "configs" / "nvidia-master.yaml"
 CLUSTERS = ROOT / "configs" / "clusters.yaml"
 SEED_KEYS = ("kimik3-fp4-b300-vllm-agentic-dspark-lmcache", "dsv4-fp4-b200-vllm-agentic-lmcache")
 REAL_RECIPES = ("kimik3_fp4_b300_vllm.yaml", "dsv4_fp4_b200_vllm.yaml")
-PORTS = ServerPorts(engine=8888, lmcache=20888, lmcache_http=21888, mooncake_master=20888)
+PORTS = ServerPorts(engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 20888})
 ENGINE_VENV_SITE = Path("/opt/slurmx-stack/venvs/engine/lib")
 
 # A small valid agentic recipe; each bad case below changes one thing in a copy of it.
@@ -111,7 +113,7 @@ def bad(**changes: Any) -> dict[str, Any]:
 def test_the_good_recipe_loads(tmp_path: Path) -> None:
     """Every refusal below is caused by its one change, not by the base case."""
     file = load_recipe(write(tmp_path, GOOD))
-    assert file.recipe.arms["lmcache"].chunk_size == 1024
+    assert file.arms["lmcache"].chunk_size == 1024
 
 
 # -- 1. no arm silently drops a shared serving flag ------------------------------------------------
@@ -144,7 +146,7 @@ def test_arm_resetting_a_base_flag_by_naming_it_is_allowed(tmp_path: Path) -> No
     data = bad()
     data["arms"]["none"] = {"remove": ["--kv-cache-dtype"], "add": {"--kv-cache-dtype": "auto"}}
     file = load_recipe(write(tmp_path, data))
-    assert arm_flags(file.recipe, file.recipe.arms["none"])["--kv-cache-dtype"] == "auto"
+    assert arm_flags(file.recipe, file.arms["none"])["--kv-cache-dtype"] == "auto"
 
 
 def test_arm_removing_a_flag_the_base_lacks_is_refused(tmp_path: Path) -> None:
@@ -374,13 +376,17 @@ def test_kimik3_dspark_depth_follows_concurrency(seed_points: list[Point], recip
 # -- 2. the LMCache connector config always names its module ---------------------------------------
 
 
+def kv_transfer_config(spec: BackendSpec, ports: ServerPorts) -> dict[str, Any] | None:
+    return backends.get(spec.name).connector_config(spec, ports)
+
+
 def test_lmcache_connector_config_carries_module_path(seed_points: list[Point], recipes: Recipes) -> None:
     for point in seed_points:
         config = kv_transfer_config(resolve(point, recipes).backend, PORTS)
         assert config is not None
         assert config["kv_connector"] == "LMCacheMPConnector"
         assert config["kv_connector_module_path"] == "lmcache.integration.vllm.lmcache_mp_connector"
-        assert config["kv_connector_extra_config"]["lmcache.mp.port"] == PORTS.lmcache
+        assert config["kv_connector_extra_config"]["lmcache.mp.port"] == PORTS["lmcache"]
     mq = {p.model_prefix: kv_transfer_config(resolve(p, recipes).backend, PORTS) for p in seed_points}
     assert mq["kimik3"]["kv_connector_extra_config"]["lmcache.mp.mq_timeout"] == 6000.0
     assert mq["dsv4"]["kv_connector_extra_config"]["lmcache.mp.mq_timeout"] == 300
@@ -404,7 +410,8 @@ def test_seed_points_get_the_dram_derived_sizes(seed_points: list[Point], recipe
     for point in seed_points:
         assert point.total_cpu_dram_gb == budgets[point.model_prefix]
         lm = resolve(point, recipes).backend
-        assert (lm.name, lm.total_cpu_dram_gb, lm.l1_size_gb) == ("lmcache", budgets[point.model_prefix], expected_l1[point.model_prefix])
+        # the budget is stored once, on the point; the backend keeps only the sizes derived from it
+        assert (lm.name, point.total_cpu_dram_gb, lm.l1_size_gb) == ("lmcache", budgets[point.model_prefix], expected_l1[point.model_prefix])
         simple = resolve(as_arm(point, "vllm-simple"), recipes).backend
         assert simple.cpu_bytes_per_rank == int(point.total_cpu_dram_gb * 1e9 / 8)
         mooncake = resolve(as_arm(point, "mooncake"), recipes).backend

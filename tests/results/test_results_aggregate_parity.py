@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from slurmx.results.aggregate import ArtifactError, build_result
+from slurmx.results.aggregate import ArtifactError, RunMeta, build_result
 from slurmx.results.schema import Result
+from tests.helpers.points import point_from_row
 
 POINT: dict[str, Any] = {
     "image": "test/image:0.1", "model": "test-model", "model-prefix": "test/prefix", "precision": "fp4",
@@ -18,7 +19,7 @@ POINT: dict[str, Any] = {
     "dp-attn": False, "spec-decoding": "none", "conc": 8, "kv-offloading": "none", "total-cpu-dram-gb": 0,
     "duration": 3600, "exp-name": "test_tp4_conc8_kvnone", "scenario-type": "agentic-coding", "point-id": "0123456789ab",
 }  # fmt: skip
-META = {"sweep_id": "s1", "config_key": "test-key"}
+META = RunMeta(sweep_id="s1")
 
 
 def _record(isl: int, osl: int, ttft_ms: float, e2e_ms: float, itl_ms: float, start_ns: int, end_ns: int,
@@ -39,7 +40,7 @@ def _record(isl: int, osl: int, ttft_ms: float, e2e_ms: float, itl_ms: float, st
 
 def _build(tmp_path: Path, records: list[dict[str, Any]], point: dict[str, Any] | None = None) -> Result:
     (tmp_path / "profile_export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    return build_result(point or POINT, tmp_path, slurmx_meta=META)
+    return build_result(point_from_row(point or POINT), tmp_path, run=META)
 
 
 FIVE = [
@@ -132,7 +133,7 @@ def test_identity_comes_from_the_inferencex_row(tmp_path: Path) -> None:
 
 def test_missing_or_broken_records_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="profile_export.jsonl: missing"):
-        build_result(POINT, tmp_path, slurmx_meta=META)
+        build_result(point_from_row(POINT), tmp_path, run=META)
     (tmp_path / "profile_export.jsonl").write_text('{"metadata": {}}\n{"metad')
     with pytest.raises(ArtifactError, match=r"profile_export.jsonl:2: not JSON"):
-        build_result(POINT, tmp_path, slurmx_meta=META)
+        build_result(point_from_row(POINT), tmp_path, run=META)

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from slurmx.results import gate
-from slurmx.results.aggregate import build_result, write_result
+from slurmx.results.aggregate import ReplayWindow, RunMeta, build_result, write_result
 from slurmx.results.schema import Result
+from tests.helpers.points import point_from_row
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "aiperf" / "lmcache-replay"
 POINT: dict[str, Any] = {
@@ -24,13 +25,18 @@ POINT: dict[str, Any] = {
     "scenario-type": "agentic-coding", "kv-offload-backend": {"name": "lmcache", "version": "0.5.6"},
     "point-id": "5a3c0ffee123", "config-key": "tiny-cpu-vllm-agentic-lmcache",
 }  # fmt: skip
-META = {"sweep_id": "20261130-1637", "attempt": 1, "slurm_job_id": "12_0", "node": "node01",
-        "started_at": 1796056640.0, "ended_at": 1796056661.0}  # fmt: skip
+META = RunMeta(sweep_id="20261130-1637", attempt=1, slurm_job_id="12_0", node="node01")
+WINDOW = ReplayWindow(started_at=1796056640.0, ended_at=1796056661.0)
+
+
+def _build(artifacts: Path, before: str | None = None, after: str | None = None, engine_log: Path | None = None) -> Result:
+    window = ReplayWindow(WINDOW.started_at, WINDOW.ended_at, before, after)
+    return build_result(point_from_row(POINT), artifacts, run=META, window=window, engine_log=engine_log)
 
 
 @pytest.fixture(scope="module")
 def result() -> Result:
-    return build_result(POINT, SAMPLE, slurmx_meta=META)
+    return _build(SAMPLE)
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +139,10 @@ def test_written_result_reads_back_and_collects(result: Result, tmp_path: Path) 
     (tmp_path / "r" / POINT["config-key"] / "s1" / "sweep.json").write_text("{}")
     assert Result.model_validate_json(path.read_text()) == result
     from slurmx.results import collect as col
-    from slurmx.results.tree import ResultsTree
+    from slurmx.store.targets import find_sweeps
+    from slurmx.store.tree import ResultsTree
 
-    sweeps, _ = col.find_sweeps(ResultsTree(tmp_path / "r"), [])
+    sweeps, _ = find_sweeps(ResultsTree(tmp_path / "r"), [])
     rows = col.collect(sweeps).rows
     assert len(rows) == 1 and rows[0].values["arm"] == "lmcache" and rows[0].values["parallelism"] == "TP1"
 
@@ -146,7 +153,7 @@ def test_cancelled_replay_is_recorded_and_gated(tmp_path: Path) -> None:
     profile = json.loads((SAMPLE / "profile_export_aiperf.json").read_text())
     profile["was_cancelled"] = True
     (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(profile))
-    cancelled = build_result(POINT, tmp_path, slurmx_meta=META)
+    cancelled = _build(tmp_path)
     assert cancelled.slurmx is not None and cancelled.slurmx.was_cancelled
     assert "cancelled" in (gate.check(cancelled) or "")
 
@@ -154,7 +161,7 @@ def test_cancelled_replay_is_recorded_and_gated(tmp_path: Path) -> None:
 def test_cache_hit_rates_from_engine_scrapes_before_and_after(tmp_path: Path) -> None:
     before = (SAMPLE / "engine_metrics_before.prom").read_text()
     after = (SAMPLE / "engine_metrics_after.prom").read_text()
-    scraped = build_result(POINT, SAMPLE, slurmx_meta=META, engine_metrics_before=before, engine_metrics_after=after)
+    scraped = _build(SAMPLE, before, after)
     cache = scraped.server_metrics.cache
     # deltas: prompt_tokens_by_source local_compute 1790-1556=234, local_cache_hit 1472-1472=0,
     # external_kv_transfer 1280-0=1280; 234+0+1280 = 1514 = prompt_tokens 4542-3028
@@ -170,17 +177,17 @@ def test_cache_hit_rates_from_engine_scrapes_before_and_after(tmp_path: Path) ->
     assert scraped.server_metrics.kv_cache.gpu_usage_pct == pytest.approx(0.0009766817238432424)  # aiperf's window max
     assert scraped.slurmx is not None and scraped.slurmx.engine_metrics_source == "scrape-delta"
     # request-level numbers do not depend on where the engine counters came from
-    assert scraped.request_metrics == build_result(POINT, SAMPLE, slurmx_meta=META).request_metrics
+    assert scraped.request_metrics == _build(SAMPLE).request_metrics
 
 
 def test_a_restarted_engine_counts_from_zero(tmp_path: Path) -> None:
     after = (SAMPLE / "engine_metrics_before.prom").read_text()
     before = (SAMPLE / "engine_metrics_after.prom").read_text()  # counters went down: a restart
-    scraped = build_result(POINT, SAMPLE, slurmx_meta=META, engine_metrics_before=before, engine_metrics_after=after)
+    scraped = _build(SAMPLE, before, after)
     assert scraped.server_metrics.cache.prefix_cache_queries == 3028.0
 
 
 def test_kv_pool_size_comes_from_the_engine_log() -> None:
-    logged = build_result(POINT, SAMPLE, slurmx_meta=META, engine_log=SAMPLE / "engine.log")
+    logged = _build(SAMPLE, engine_log=SAMPLE / "engine.log")
     assert logged.server_metrics.kv_cache.gpu_total_tokens == 1_048_576
     assert logged.kv_cache_pool_tokens == 1_048_576

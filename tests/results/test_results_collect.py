@@ -10,7 +10,7 @@ import pytest
 
 from slurmx.cli import main
 from slurmx.results.schema import Result
-from slurmx.results.synthetic import make_result, write_result, write_sweep
+from tests.helpers.synthetic import make_result, write_result, write_sweep
 
 KEY = "kimik3-fp4-b300-vllm-agentic-dspark-lmcache"
 

@@ -11,7 +11,7 @@ import pytest
 from slurmx.cli import main
 from slurmx.results import plots
 from slurmx.results.schema import Result
-from slurmx.results.synthetic import make_result, write_sweep
+from tests.helpers.synthetic import make_result, write_sweep
 
 KEY = "dsv4-fp4-b200-vllm-agentic-lmcache"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from slurmx.results import gate
 from slurmx.results.schema import Rate, Stats
-from slurmx.results.synthetic import make_result
+from tests.helpers.synthetic import make_result
 
 
 def test_a_normal_result_passes() -> None:

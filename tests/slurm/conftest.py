@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from slurmx.cli import main
-from slurmx.results.tree import ResultsTree
+from slurmx.store.tree import ResultsTree
 
 CLUSTERS = """\
 hardware:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmx.slurm.ledger import read_sweep
-from slurmx.results.tree import ResultsTree
+from slurmx.store.ledger import read_sweep
+from slurmx.store.tree import ResultsTree
 from tests.slurm.conftest import SlurmEnv
 
 pytestmark = pytest.mark.slurm

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from slurmx.cli import main
-from slurmx.results.tree import ResultsTree
+from slurmx.store.tree import ResultsTree
 from tests.slurm.conftest import slurm_ready
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,14 +1,57 @@
-"""LMCache multiprocess server and its LMCacheMPConnector (the module path is always set)."""
+"""LMCache multiprocess server and its LMCacheMPConnector (the connector's module path is always set)."""
 
 from __future__ import annotations
 
-from typing import Any
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Literal
 
-from slurmx.backends import BackendSpec, ServerPorts
-from slurmx.recipes.model import Arm, render_flags
+from pydantic import Field
+
+from slurmx.backends.base import GB, Arm, ArmProblem, BackendSpec, BaseBackend, backend_version
+from slurmx.flags import Flags, render_flags
+from slurmx.plan import Point
+from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
+from slurmx.runtimes.base import Runtime
 
 CONNECTOR = "LMCacheMPConnector"
 CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
+# Server flags built from the arm's typed knobs: server-flags may not repeat them, or a second
+# --chunk-size would bypass the chunk/block rule.
+TYPED_FLAGS = frozenset({
+    "--host", "--port", "--http-host", "--http-port", "--l1-size-gb", "--chunk-size", "--supported-transfer-mode",
+})  # fmt: skip
+# Allocator settings that break LMCache's CUDA-IPC export of the KV cache.
+IPC_BREAKING_FLAGS = ("--enable-cumem-allocator",)
+ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+class LMCacheArm(Arm):
+    l1_fraction: float = Field(gt=0, le=1)  # L1 = this x total-cpu-dram-gb
+    chunk_size: int = Field(gt=0)
+    transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"]
+    mq_timeout_s: float | None = None
+    server_flags: Flags = Field(default_factory=dict)
+
+
+class LMCacheSpec(BackendSpec):
+    l1_size_gb: int
+    l1_fraction: float
+    chunk_size: int
+    transfer_mode: str
+    mq_timeout_s: float | None = None
+    server_flags: list[str] = []
+
+    def host_memory_bytes(self) -> int:
+        return self.l1_size_gb * GB
+
+    def shm_name(self) -> str:
+        """The named /dev/shm segment L1 lives in, or "" for process memory."""
+        flags = self.server_flags
+        if "--shm-name" not in flags or flags.index("--shm-name") + 1 >= len(flags):
+            return ""
+        return flags[flags.index("--shm-name") + 1]
 
 
 def l1_size_gb(total_cpu_dram_gb: int, fraction: float) -> int:
@@ -16,53 +59,112 @@ def l1_size_gb(total_cpu_dram_gb: int, fraction: float) -> int:
     return int(total_cpu_dram_gb * fraction)
 
 
-def spec(arm: Arm, total_cpu_dram_gb: int, gpus: int, tp: int, version: str | None) -> BackendSpec:
-    assert arm.l1_fraction is not None
-    return BackendSpec(
-        name="lmcache",
-        version=version,
-        total_cpu_dram_gb=total_cpu_dram_gb,
-        gpus=gpus,
-        tp=tp,
-        l1_size_gb=l1_size_gb(total_cpu_dram_gb, arm.l1_fraction),
-        l1_fraction=arm.l1_fraction,
-        chunk_size=arm.chunk_size,
-        transfer_mode=arm.transfer_mode,
-        mq_timeout_s=arm.mq_timeout_s,
-        server_flags=render_flags(arm.server_flags),
-        startup_timeout_s=arm.startup_timeout_s,
-    )
+class LMCache(BaseBackend[LMCacheSpec]):
+    name = "lmcache"
+    arm_model = LMCacheArm
+    spec_model = LMCacheSpec
+    port_names = ("lmcache", "lmcache-http")
+
+    def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
+        assert isinstance(arm, LMCacheArm)
+        problems = [
+            ArmProblem(("server-flags", name), f"{name} is built from the arm's typed fields, not server-flags")
+            for name in arm.server_flags
+            if name in TYPED_FLAGS
+        ]
+        if arm.chunk_size % block_size:
+            problems.append(ArmProblem(
+                ("chunk-size",), f"chunk-size {arm.chunk_size} is not a multiple of the engine block size {block_size}"
+            ))  # fmt: skip
+        for flag in IPC_BREAKING_FLAGS:
+            if engine_flags.get(flag) not in (None, False):
+                problems.append(ArmProblem((), f"{flag} breaks LMCache's CUDA-IPC export: list it under remove"))
+        for name in ALLOC_ENV:
+            if "expandable_segments:true" in env.get(name, "").replace(" ", "").lower():
+                problems.append(ArmProblem((), f"{name}=expandable_segments breaks LMCache's CUDA-IPC export"))
+        return problems
+
+    def spec(self, arm: Arm, point: Point) -> LMCacheSpec:
+        assert isinstance(arm, LMCacheArm)
+        size = l1_size_gb(point.total_cpu_dram_gb, arm.l1_fraction)
+        if not size:
+            raise ArmProblem(("l1-fraction",), f"L1 of {point.exp_name} rounds to 0 GB of {point.total_cpu_dram_gb} GB")
+        return LMCacheSpec(
+            name=self.name,
+            version=backend_version(point),
+            l1_size_gb=size,
+            l1_fraction=arm.l1_fraction,
+            chunk_size=arm.chunk_size,
+            transfer_mode=arm.transfer_mode,
+            mq_timeout_s=arm.mq_timeout_s,
+            server_flags=render_flags(arm.server_flags),
+            startup_timeout_s=arm.startup_timeout_s,
+        )
+
+    def servers(self, spec: LMCacheSpec, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
+        argv = [
+            runtime.lmcache_bin, "server",
+            "--host", "127.0.0.1",
+            "--port", str(ports["lmcache"]),
+            "--http-host", "127.0.0.1",
+            "--http-port", str(ports["lmcache-http"]),
+            "--l1-size-gb", str(spec.l1_size_gb),
+            "--chunk-size", str(spec.chunk_size),
+            "--supported-transfer-mode", spec.transfer_mode,
+            *spec.server_flags,
+        ]  # fmt: skip
+        # the server hashes chunks with the same seed as the engine, or no lookup ever hits
+        server_env = {**COMMON_ENV, "PYTHONHASHSEED": env["PYTHONHASHSEED"], "LMCACHE_DISABLE_BANNER": "1"}
+        health = loopback(ports["lmcache-http"], "/healthcheck")
+        return [Process("lmcache", runtime.wrap(argv, "lmcache"), server_env, health, spec.startup_timeout_s)]
+
+    def connector_config(self, spec: LMCacheSpec, ports: ServerPorts) -> dict[str, Any] | None:
+        extra: dict[str, Any] = {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": ports["lmcache"]}
+        if spec.mq_timeout_s is not None:
+            extra["lmcache.mp.mq_timeout"] = spec.mq_timeout_s
+        return {
+            "kv_connector": CONNECTOR,
+            "kv_connector_module_path": CONNECTOR_MODULE,
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+
+    def preflight(self, spec: LMCacheSpec, runtime: Runtime) -> list[str]:
+        return [p for p in (check_shm(spec), check_connector(runtime)) if p]
+
+    def metrics_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
+        return [loopback(ports["lmcache-http"], "/metrics")]
+
+    def cache_reset_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
+        return [loopback(ports["lmcache-http"], "/cache/clear")]
 
 
-def server_argv(head: list[str], spec: BackendSpec, ports: ServerPorts) -> list[str]:
-    return [
-        *head,
-        "--host", "127.0.0.1",
-        "--port", str(ports.lmcache),
-        "--http-host", "127.0.0.1",
-        "--http-port", str(ports.lmcache_http),
-        "--l1-size-gb", str(spec.l1_size_gb),
-        "--chunk-size", str(spec.chunk_size),
-        "--supported-transfer-mode", str(spec.transfer_mode),
-        *spec.server_flags,
-    ]  # fmt: skip
+def check_shm(spec: LMCacheSpec, shm: Path = Path("/dev/shm")) -> str | None:
+    """L1 in /dev/shm (a named --shm-name) is silently capped by the tmpfs size: refuse instead."""
+    if not spec.shm_name():
+        return None
+    free = shutil.disk_usage(shm).free
+    need = spec.host_memory_bytes()
+    return f"/dev/shm has {free / GB:.1f} GB free, the L1 pool needs {need / GB:.0f} GB" if free < need else None
 
 
-def health_url(ports: ServerPorts) -> str:
-    return f"http://127.0.0.1:{ports.lmcache_http}/healthcheck"
+def check_connector(runtime: Runtime, timeout_s: float = 180) -> str | None:
+    """The engine environment must import the connector's module, or vLLM dies at start-up."""
+    if not runtime.tools_on_host:
+        return None  # inside a container image: checked when the container starts
+    code = f"import {CONNECTOR_MODULE}"
+    try:
+        proc = subprocess.run(
+            [runtime.engine_python, "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"importing {CONNECTOR_MODULE} took over {timeout_s:.0f} s"
+    except OSError as exc:
+        return f"cannot run {runtime.engine_python}: {exc.strerror or exc}"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"the engine environment cannot import {CONNECTOR_MODULE}: {last}"
+    return None
 
 
-def metrics_url(ports: ServerPorts) -> str:
-    return f"http://127.0.0.1:{ports.lmcache_http}/metrics"
-
-
-def connector_config(spec: BackendSpec, ports: ServerPorts) -> dict[str, Any]:
-    extra: dict[str, Any] = {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": ports.lmcache}
-    if spec.mq_timeout_s is not None:
-        extra["lmcache.mp.mq_timeout"] = spec.mq_timeout_s
-    return {
-        "kv_connector": CONNECTOR,
-        "kv_connector_module_path": CONNECTOR_MODULE,
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": extra,
-    }
+BACKEND = LMCache()

@@ -2,37 +2,59 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from slurmx.backends import BackendSpec, ServerPorts
-from slurmx.recipes.model import Arm, render_flags
+from pydantic import Field
 
-
-def spec(arm: Arm, total_cpu_dram_gb: int, gpus: int, tp: int, version: str | None) -> BackendSpec:
-    return BackendSpec(
-        name="mooncake",
-        version=version,
-        total_cpu_dram_gb=total_cpu_dram_gb,
-        gpus=gpus,
-        tp=tp,
-        per_rank_gb=round(total_cpu_dram_gb / tp, 3),
-        master_flags=render_flags(arm.master_flags),
-        load_failure_policy=arm.load_failure_policy or "recompute",
-        startup_timeout_s=arm.startup_timeout_s,
-    )
+from slurmx.backends.base import Arm, BackendSpec, BaseBackend, backend_version
+from slurmx.flags import Flags, render_flags
+from slurmx.plan import Point
+from slurmx.process import Process, ServerPorts
+from slurmx.runtimes.base import Runtime
 
 
-def master_argv(head: list[str], spec: BackendSpec, ports: ServerPorts) -> list[str]:
-    return [*head, "--port", str(ports.mooncake_master), *spec.master_flags]
+class MooncakeArm(Arm):
+    master_flags: Flags = Field(default_factory=dict)
+    load_failure_policy: Literal["recompute", "fail"] = "recompute"
 
 
-def connector_config(spec: BackendSpec, ports: ServerPorts) -> dict[str, Any]:
-    return {
-        "kv_connector": "MooncakeStoreConnector",
-        "kv_role": "kv_both",
-        "kv_load_failure_policy": spec.load_failure_policy,
-        "kv_connector_extra_config": {
-            "master_server_address": f"127.0.0.1:{ports.mooncake_master}",
-            "global_segment_size_gb": spec.per_rank_gb,
-        },
-    }
+class MooncakeSpec(BackendSpec):
+    per_rank_gb: float
+    master_flags: list[str] = []
+    load_failure_policy: str
+
+
+class Mooncake(BaseBackend[MooncakeSpec]):
+    name = "mooncake"
+    arm_model = MooncakeArm
+    spec_model = MooncakeSpec
+    port_names = ("mooncake-master",)
+
+    def spec(self, arm: Arm, point: Point) -> MooncakeSpec:
+        assert isinstance(arm, MooncakeArm)
+        return MooncakeSpec(
+            name=self.name,
+            version=backend_version(point),
+            per_rank_gb=round(point.total_cpu_dram_gb / point.tp, 3),
+            master_flags=render_flags(arm.master_flags),
+            load_failure_policy=arm.load_failure_policy,
+            startup_timeout_s=arm.startup_timeout_s,
+        )
+
+    def servers(self, spec: MooncakeSpec, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
+        argv = [runtime.mooncake_master_bin, "--port", str(ports["mooncake-master"]), *spec.master_flags]
+        return [Process("mooncake-master", runtime.wrap(argv, "mooncake-master"), {}, None, 60)]
+
+    def connector_config(self, spec: MooncakeSpec, ports: ServerPorts) -> dict[str, Any] | None:
+        return {
+            "kv_connector": "MooncakeStoreConnector",
+            "kv_role": "kv_both",
+            "kv_load_failure_policy": spec.load_failure_policy,
+            "kv_connector_extra_config": {
+                "master_server_address": f"127.0.0.1:{ports['mooncake-master']}",
+                "global_segment_size_gb": spec.per_rank_gb,
+            },
+        }
+
+
+BACKEND = Mooncake()

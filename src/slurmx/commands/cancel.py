@@ -6,11 +6,11 @@ import argparse
 from pathlib import Path
 
 from slurmx import paths
-from slurmx.commands.targets import resolve
-from slurmx.results.state import TERMINAL_STAGES, read_state
-from slurmx.results.tree import ResultsTree
-from slurmx.slurm.accounting import query_jobs
+from slurmx.slurm.accounting import query_jobs, still_active
 from slurmx.slurm.commands import run_slurm
+from slurmx.store.state import read_state
+from slurmx.store.targets import resolve
+from slurmx.store.tree import ResultsTree
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,15 +26,7 @@ def run(args: argparse.Namespace) -> int:
     points = [target.point] if target.point else [p for s in target.sweeps for p in s.points()]
     states = [s for p in points if (s := read_state(p.state_json)) and s.job_id]
     jobs = query_jobs(sorted({s.job_id for s in states if s.job_id})).jobs
-    # Active in Slurm (even after its point ended, e.g. waiting out a time limit), or just
-    # submitted and not yet known to accounting.
-    active = sorted(
-        {
-            s.job_id
-            for s in states
-            if s.job_id and (jobs[s.job_id].active if s.job_id in jobs else s.stage not in TERMINAL_STAGES)
-        }
-    )
+    active = sorted({s.job_id for s in states if s.job_id and still_active(jobs.get(s.job_id), s.ended)})
     if not active:
         print(f"nothing to cancel: no queued or running job for {args.target}")
         return 0

@@ -21,10 +21,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from slurmx import atomic, paths
+from slurmx import paths
+from slurmx.store import atomic
 from slurmx.errors import UserError
 from slurmx.results import collect as col
-from slurmx.results.tree import ResultsTree
+from slurmx.store.targets import find_sweeps
+from slurmx.store.tree import ResultsTree
 
 # Show a progress bar from this many result files on (a TTY), or always print a count from _MANY.
 _PROGRESS_FROM = 200
@@ -57,7 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     root = args.results or paths.default_results()
     tree = ResultsTree(root)
-    sweeps, missing = col.find_sweeps(tree, list(args.targets))
+    sweeps, missing = find_sweeps(tree, list(args.targets))
     if missing:
         known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         hint = f" (keys under {root}: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''})" if known else ""

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from slurmx import paths
-from slurmx.commands.targets import resolve
+from slurmx.store.targets import resolve
 from slurmx.errors import UserError
-from slurmx.results.state import TERMINAL_STAGES, read_state
-from slurmx.results.tree import PointDir, ResultsTree, SweepDir
+from slurmx.store.state import read_state
+from slurmx.store.tree import PointDir, ResultsTree, SweepDir
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
                     sys.stdout.write(handle.read().decode("utf-8", "replace"))
                 offsets[path] = size
                 sys.stdout.flush()
-        if state is not None and state.stage in TERMINAL_STAGES:
+        if state is not None and state.ended:
             return 0
         time.sleep(1.0)

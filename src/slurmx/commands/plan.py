@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from slurmx.commands.common import Loaded, add_config_options, load_points
+from slurmx.commands.common import add_config_options, load_points
+from slurmx.inputs import Inputs
 from slurmx.plan import Point
 from slurmx.recipes.resolve import resolve
 from slurmx.slurm.request import slurm_request
@@ -25,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def point_json(point: Point, loaded: Loaded) -> dict[str, Any]:
+def point_json(point: Point, loaded: Inputs) -> dict[str, Any]:
     obj = point.row()
     obj["point-id"] = point.point_id
     obj["config-key"] = point.config_key
@@ -35,14 +36,14 @@ def point_json(point: Point, loaded: Loaded) -> dict[str, Any]:
     return obj
 
 
-def _request_summary(point: Point, loaded: Loaded) -> str | None:
+def _request_summary(point: Point, loaded: Inputs) -> str | None:
     profile = loaded.clusters.profiles.get(point.runner)
     if point.multinode or profile is None or profile.slurm is None:
         return None
     return slurm_request(profile.slurm, point.gpus).summary()
 
 
-def check_recipes(loaded: Loaded) -> dict[str, str]:
+def check_recipes(loaded: Inputs) -> dict[str, str]:
     """Resolve every point that has a serving recipe, so a bad recipe fails at plan time."""
     names: dict[str, str] = {}
     for p in loaded.points:

@@ -1,6 +1,7 @@
-"""`slurmx render`: what would run for each point, exactly: sbatch script, server and replay commands.
+"""`slurmx render`: what would run for each point, exactly: sbatch scripts, server and replay commands.
 
 For hardware this machine lacks (GPUs, containers), this is how the production path is reviewed.
+The arrays are the ones `submit` would make (one per distinct Slurm request).
 """
 
 from __future__ import annotations
@@ -9,20 +10,22 @@ import argparse
 import shlex
 from pathlib import Path
 
-from slurmx.backends import ServerPorts
-from slurmx.commands.common import Loaded, add_config_options, load_points
+from slurmx.commands.common import add_config_options, load_points
 from slurmx.errors import UserError
-from slurmx.node.launch import Process, launch_plan, replay_process
-from slurmx.node.runtime import runtime_for, sbatch_setup_lines
-from slurmx.plan import Point
-from slurmx.recipes.resolve import resolve
-from slurmx.results.tree import ResultsTree
-from slurmx.slurm.ledger import sweep_id_for
-from slurmx.slurm.request import slurm_request
-from slurmx.slurm.submit import ArrayPlan, render_sbatch
+from slurmx.inputs import Inputs
+from slurmx.node.launch import launch_plan, replay_process
+from slurmx.process import Process, ServerPorts
+from slurmx.runtimes import runtime_for
+from slurmx.slurm.sbatch import render_sbatch
+from slurmx.store.tree import ResultsTree
+from slurmx.submit import sweep_dir
+from slurmx.submit.arrays import array_plans
+from slurmx.submit.resolved import Resolved, resolve_points
 
 # InferenceX's fixed ports, so rendered commands read like the scripts they replace.
-REVIEW_PORTS = ServerPorts(engine=8888, lmcache=20888, lmcache_http=21888, mooncake_master=22888, engine_behind_router=8889)
+REVIEW_PORTS = ServerPorts(
+    engine=8888, engine_behind_router=8889, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888}
+)
 POINT_DIR = Path("$POINT_DIR")
 
 
@@ -44,39 +47,34 @@ def _process_text(process: Process) -> str:
     return "\n".join(lines)
 
 
-def render_point(point: Point, loaded: Loaded) -> str:
-    spec = resolve(point, loaded.recipes())
-    runtime = runtime_for(loaded.clusters.profiles[point.runner], point.image)
+def render_point(item: Resolved) -> str:
+    point, spec = item.point, item.serving
+    header = f"# point {point.point_id} {point.exp_name} ({point.parallelism}, {point.backend_name}, conc {point.conc})"
+    if spec is None:
+        return f"{header}\n# runtime kind command: {shlex.join(item.profile.runtime.command or []) if item.profile.runtime else ''}\n"
+    runtime = runtime_for(item.profile, point.image)
     plan = launch_plan(spec, REVIEW_PORTS, runtime)
     trace = POINT_DIR / "trace.jsonl" if spec.replay.kind == "synthetic" else None
     replay = replay_process(spec, REVIEW_PORTS, runtime, POINT_DIR / "aiperf", trace, 0)
-    header = f"# point {point.point_id} {point.exp_name} ({point.parallelism}, {point.backend_name}, conc {point.conc})"
     return "\n\n".join([header, *(_process_text(p) for p in plan.servers), _process_text(replay)]) + "\n"
 
 
-def render_key(key: str, loaded: Loaded, results: Path, only: str | None = None) -> str:
-    points = [p for p in loaded.points if p.config_key == key and (only is None or p.point_id.startswith(only))]
-    if not points:
+def render_key(key: str, inputs: Inputs, results: Path, only: str | None = None) -> str:
+    resolved = [r for r in resolve_points(inputs.key_points(key), inputs) if only is None or r.point.point_id.startswith(only)]
+    if not resolved:
         raise UserError(f"no point {only!r} in {key}")
-    profile = loaded.clusters.profiles[points[0].runner]
-    if profile.slurm is None:
-        raise UserError(f"{points[0].runner} has no slurm section to render")
-    sweep = ResultsTree(results).sweep(key, sweep_id_for(key, points))
-    plan = ArrayPlan(
-        sweep=sweep,
-        request=slurm_request(profile.slurm, points[0].gpus),
-        job_name=f"slurmx:{key}",
-        groups=[[p.point_id] for p in points],
-        array_parallelism=profile.slurm.array_parallelism,
-        signal_delay_s=profile.slurm.signal_delay_s,
-        setup=sbatch_setup_lines(profile, points[0].image),
-    )
-    parts = ["# sbatch script\n" + render_sbatch(plan)]
-    parts += [render_point(p, loaded) for p in points]
+    sweep = sweep_dir(ResultsTree(results), key, inputs)
+    plans = array_plans(resolved, sweep.submitit)
+    title = "# sbatch script" if len(plans) == 1 else "# sbatch script {n} of {total}: {request}"
+    parts = [
+        title.format(n=n, total=len(plans), request=plan.request.summary()) + "\n" + render_sbatch(plan)
+        for n, plan in enumerate(plans, 1)
+    ]
+    parts += [render_point(item) for item in resolved]
     return "\n".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_points(args, [args.key])
-    print(render_key(args.key, loaded, args.results, args.point), end="")
+    inputs = load_points(args, [args.key])
+    print(render_key(args.key, inputs, args.results, args.point), end="")
     return 0

@@ -14,9 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from slurmx import paths
-from slurmx.commands.targets import resolve
-from slurmx.results.tree import ResultsTree, SweepDir
-from slurmx.slurm.status import SweepStatus, sweep_statuses
+from slurmx.store.targets import resolve
+from slurmx.store.tree import ResultsTree, SweepDir
+from slurmx.status import SweepStatus, sweep_statuses
 
 _STYLE = {"completed": "green", "running": "cyan", "pending": "yellow", "failed": "red", "timeout": "red",
           "cancelled": "magenta", "node failure": "red", "preempted": "magenta", "out of memory": "red"}

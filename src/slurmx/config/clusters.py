@@ -10,11 +10,11 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from slurmx.config.master import _kebab
+from slurmx.config.master import kebab
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=_kebab, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=kebab, populate_by_name=True)
 
 
 class SlurmProfile(_Model):
@@ -48,7 +48,7 @@ class SlurmProfile(_Model):
 class RuntimeProfile(_Model):
     """How processes start on the node and where models, caches and traces live."""
 
-    kind: Literal["venv", "pyxis", "command"] = "venv"
+    kind: str = "venv"  # a registered runtime kind (slurmx.runtimes): venv, pyxis, command
     command: list[str] | None = None  # command: run this argv as the point's work (cluster smoke tests)
     engine_python: str | None = None  # venv: the Python of the vLLM (+ lmcache) environment
     aiperf_bin: str | None = None  # venv: the aiperf executable

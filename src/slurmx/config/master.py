@@ -13,12 +13,12 @@ A = TypeVar("A", bound=BaseModel)
 BackendName = Literal["vllm-simple", "lmcache", "mooncake", "hicache", "native"]
 
 
-def _kebab(name: str) -> str:
+def kebab(name: str) -> str:
     return name.replace("_", "-")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=_kebab, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=kebab, populate_by_name=True)
 
 
 class KvOffloadBackend(_Model):

@@ -1,97 +1,82 @@
-"""Every process a point starts, as argv + env delta + health URL: one function for body and golden files."""
+"""Every process a point starts, as argv + env delta + readiness URL: one function for body and render.
+
+The backend's servers first, then the engine (with the backend's connector), then a router if the
+point has one; the replay last. Backends, engines and runtimes come from their registries.
+"""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmx.backends import ServerPorts, kv_transfer_config, lmcache, mooncake
+from slurmx import backends, engines
 from slurmx.node.replay import production_argv, synthetic_argv
-from slurmx.node.runtime import Runtime
-from slurmx.recipes.resolve import ServingSpec
+from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
+from slurmx.recipes.spec import ServingSpec
+from slurmx.runtimes import Runtime
 
-
-# Every process logs unbuffered, so a failure's log tail shows its last words.
-COMMON_ENV = {"PYTHONUNBUFFERED": "1"}
-
-
-@dataclass(frozen=True)
-class Process:
-    name: str  # lmcache, mooncake-master, engine, replay
-    argv: list[str]
-    env: dict[str, str]
-    health_url: str | None = None
-    ready_timeout_s: float = 600.0
+ROUTER = "router"
+ENGINE = "engine"
 
 
 @dataclass
 class LaunchPlan:
-    servers: list[Process] = field(default_factory=list)  # in start order: backend server, engine, router
+    servers: list[Process] = field(default_factory=list)  # in start order: backend servers, engine, router
     engine_url: str = ""  # where clients (the replay) connect
 
     @property
     def engine(self) -> Process:
-        return next(p for p in self.servers if p.name == "engine")
+        return next(p for p in self.servers if p.name == ENGINE)
+
+
+def ports_needed(spec: ServingSpec) -> int:
+    """Free ports a point needs on its node: the engine's, one behind a router, and the backend's own."""
+    return 2 + len(backends.get(spec.backend.name).port_names)
+
+
+def choose_ports(spec: ServingSpec, free: list[int]) -> ServerPorts:
+    names = backends.get(spec.backend.name).port_names
+    return ServerPorts(engine=free[0], engine_behind_router=free[1], named=dict(zip(names, free[2:], strict=True)))
 
 
 def engine_port(spec: ServingSpec, ports: ServerPorts) -> int:
     return ports.engine_behind_router if spec.router is not None else ports.engine
 
 
-def engine_argv(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> list[str]:
-    model = runtime.model_path(spec.model)
-    argv = runtime.head(spec.launcher)
-    argv += [spec.model_flag, model] if spec.model_flag else [model]
-    argv += ["--served-model-name", spec.served_model_name, "--host", "127.0.0.1", "--port", str(engine_port(spec, ports))]
-    argv += spec.engine_flags
-    connector = kv_transfer_config(spec.backend, ports)
-    if connector is not None:
-        argv += ["--kv-transfer-config", json.dumps(connector, separators=(",", ":"))]
-    return argv
+def engine_direct_url(spec: ServingSpec, ports: ServerPorts) -> str:
+    """The engine itself, not a router in front of it: for its metrics and cache resets."""
+    return loopback(engine_port(spec, ports))
 
 
 def launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> LaunchPlan:
-    plan = LaunchPlan(engine_url=f"http://127.0.0.1:{ports.engine}")
-    backend = spec.backend
-    if backend.name == "lmcache":
-        argv = lmcache.server_argv([runtime.lmcache_bin, "server"], backend, ports)
-        env = {**COMMON_ENV, "PYTHONHASHSEED": spec.env["PYTHONHASHSEED"], "LMCACHE_DISABLE_BANNER": "1"}
-        plan.servers.append(
-            Process("lmcache", runtime.wrap(argv, "lmcache"), env, lmcache.health_url(ports), backend.startup_timeout_s)
-        )
-    elif backend.name == "mooncake":
-        argv = mooncake.master_argv(["mooncake_master"], backend, ports)
-        plan.servers.append(Process("mooncake-master", runtime.wrap(argv, "mooncake-master"), {}, None, 60))
+    backend = backends.get(spec.backend.name)
+    engine = engines.get(spec.engine)
+    plan = LaunchPlan(engine_url=loopback(ports.engine))
+    plan.servers += backend.servers(spec.backend, ports, runtime, spec.env)
+    argv = engine.argv(
+        runtime.head(spec.launcher), runtime.model_path(spec.model), spec.model_flag, spec.served_model_name,
+        engine_port(spec, ports), spec.engine_flags, backend.connector_config(spec.backend, ports),
+    )  # fmt: skip
     engine_env = {**COMMON_ENV, **spec.env}
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home
-    plan.servers.append(
-        Process(
-            "engine",
-            runtime.wrap(engine_argv(spec, ports, runtime), "engine"),
-            engine_env,
-            f"http://127.0.0.1:{engine_port(spec, ports)}{spec.health_path}",
-            spec.startup_timeout_s,
-        )
-    )
+    health = loopback(engine_port(spec, ports), spec.health_path)
+    plan.servers.append(Process(ENGINE, runtime.wrap(argv, ENGINE), engine_env, health, spec.startup_timeout_s))
     if spec.router is not None:
         router = spec.router
         argv = [*router.launcher, "--host", "127.0.0.1", "--port", str(ports.engine),
-                "--worker-urls", f"http://127.0.0.1:{ports.engine_behind_router}", *router.flags]
-        plan.servers.append(
-            Process("router", runtime.wrap(argv, "router"), dict(COMMON_ENV), f"{plan.engine_url}{router.health_path}",
-                    router.startup_timeout_s)
-        )
+                "--worker-urls", loopback(ports.engine_behind_router), *router.flags]  # fmt: skip
+        health = f"{plan.engine_url}{router.health_path}"
+        plan.servers.append(Process(ROUTER, runtime.wrap(argv, ROUTER), dict(COMMON_ENV), health, router.startup_timeout_s))
     return plan
 
 
 def replay_process(
     spec: ServingSpec, ports: ServerPorts, runtime: Runtime, artifact_dir: Path, trace: Path | None, turns: int
 ) -> Process:
-    url = f"http://127.0.0.1:{ports.engine}"
+    url = loopback(ports.engine)
     env: dict[str, str] = dict(COMMON_ENV)
-    extra = [lmcache.metrics_url(ports)] if spec.backend.name == "lmcache" else []
+    extra = backends.get(spec.backend.name).metrics_urls(spec.backend, ports)
     if spec.replay.kind == "production":
         argv = production_argv(runtime.aiperf_bin, spec, url, artifact_dir, runtime.model_path(spec.model), extra)
     else:

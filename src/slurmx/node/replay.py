@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmx.recipes.resolve import ServingSpec
+from slurmx.recipes.spec import ServingSpec
 
 
 def production_argv(

@@ -8,7 +8,7 @@ LMCache server orphaned by a cancel, a time limit or a preemption keeps terabyte
 from __future__ import annotations
 
 import contextlib
-import http.client
+import http.client as http_client
 import json
 import logging
 import os
@@ -18,17 +18,14 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from slurmx import atomic
-from slurmx.node import procscan
+from slurmx.store import atomic
+from slurmx.node import http, procscan
 from slurmx.node.ports import free_port, free_ports
 from slurmx.node.procscan import MARKER_ENV, ProcInfo, kill_survivors
 from slurmx.node.redact import redact_argv, redact_env
@@ -52,7 +49,6 @@ log = logging.getLogger(__name__)
 
 HANDLED_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2, signal.SIGHUP)
 LOG_TAIL_LINES = 30
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 POLL_S = 0.05
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _MARKER_RE = re.compile(r"[A-Za-z0-9._:-]+")
@@ -204,28 +200,12 @@ def render_command(name: str, argv: Sequence[str], env_delta: Mapping[str, str],
     return "\n".join(lines) + "\n"
 
 
-def _require_loopback(url: str) -> None:
-    # health checks never leave the node: a proxy or a remote host would test the wrong server
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme != "http" or parsed.hostname not in LOOPBACK_HOSTS:
-        raise ValueError(f"readiness URL must be http:// on loopback ({sorted(LOOPBACK_HOSTS)}), got {url!r}")
-
-
-_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
 def probe(url: str, timeout_s: float, expect: Callable[[bytes], bool] | None = None) -> tuple[bool, str]:
     """One GET: (ready, what happened). Ready means a 2xx whose body satisfies `expect`."""
     try:
-        with _NO_PROXY_OPENER.open(url, timeout=timeout_s) as response:
-            status = int(response.status)
-            body = response.read(1 << 20)
-    except urllib.error.HTTPError as exc:
-        return False, f"HTTP {exc.code}"
-    except urllib.error.URLError as exc:
-        return False, str(exc.reason)
-    except (OSError, http.client.HTTPException) as exc:
-        return False, f"{type(exc).__name__}: {exc}"
+        status, body = http.request(url, timeout_s=timeout_s, max_bytes=1 << 20)
+    except (OSError, http_client.HTTPException) as exc:
+        return False, http.probe_error(exc)
     if not 200 <= status < 300:
         return False, f"HTTP {status}"
     if expect is not None and not expect(body):
@@ -412,7 +392,7 @@ class Supervisor:
         expect: Callable[[bytes], bool] | None = None,
     ) -> None:
         """Poll a loopback health URL until ready; fail at once if the process exits meanwhile."""
-        _require_loopback(url)
+        http.require_loopback(url)  # health checks never leave the node
         started = time.monotonic()
         deadline = started + timeout_s
         last = "no probe yet"

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from slurmx import atomic
+from slurmx.store import atomic
 from slurmx.recipes.model import Replay
 
 

@@ -6,26 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurmx import backends, engines
+from slurmx.backends import Arm
 from slurmx.config.load import validate
 from slurmx.config.yamlfile import LineIndex, load_yaml
-from slurmx.errors import ConfigError
-from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS, Arm, ConcRule, Recipe, Flags
-
-# Allocator settings that break LMCache's CUDA-IPC export of the KV cache.
-_IPC_BREAKING_FLAGS = ("--enable-cumem-allocator",)
-_ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-# Engine flags slurmx computes from the point or the node (resolve.parallel_flags, --max-num-seqs,
-# the connector, host/port/model): a recipe that also set one would put it twice on the command line.
-_COMPUTED_FLAGS = frozenset({
-    "--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel", "--pipeline-parallel-size",
-    "--decode-context-parallel-size", "--max-num-seqs", "--kv-transfer-config", "--host", "--port",
-    "--served-model-name", "--model",
-})  # fmt: skip
-# LMCache server flags built from the arm's typed knobs (backends.lmcache.server_argv): server-flags
-# may not repeat them, or a second --chunk-size would bypass the chunk/block rule.
-_LMCACHE_TYPED_FLAGS = frozenset({
-    "--host", "--port", "--http-host", "--http-port", "--l1-size-gb", "--chunk-size", "--supported-transfer-mode",
-})  # fmt: skip
+from slurmx.errors import ConfigError, UserError
+from slurmx.flags import Flags
+from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS, ConcRule, Recipe
 
 
 @dataclass(frozen=True)
@@ -34,6 +21,7 @@ class RecipeFile:
     path: Path
     data: Any
     index: LineIndex
+    arms: dict[str, Arm]  # each arm typed by its backend's own model
 
     def error(self, field: tuple[Any, ...], message: str) -> ConfigError:
         line = self.index.line_of(self.data, field)
@@ -49,8 +37,9 @@ def arm_flags(recipe: Recipe, arm: Arm) -> Flags:
 
 def _check(file: RecipeFile) -> None:
     recipe = file.recipe
+    engine = engines.get(recipe.match.framework)
     base = recipe.engine.flags
-    _check_computed(file)
+    _check_computed(file, engine.computed_flags)
     if "--block-size" in base and base["--block-size"] != recipe.engine.block_size:
         raise file.error(("engine", "flags", "--block-size"), f"differs from engine block-size {recipe.engine.block_size}")
     if recipe.scenario == "agentic-coding":
@@ -61,7 +50,7 @@ def _check(file: RecipeFile) -> None:
         for name in rule.flags:
             if name in base:
                 raise file.error(("engine", "per-conc", rule_index, "flags", name), f"{name} is already a base flag")
-            for arm_name, arm in recipe.arms.items():
+            for arm_name, arm in file.arms.items():
                 if name in arm.add:
                     raise file.error(
                         ("engine", "per-conc", rule_index, "flags", name), f"{name} is also added by arm {arm_name}"
@@ -72,8 +61,8 @@ def _check(file: RecipeFile) -> None:
                         ("engine", "per-conc", rule_index, "flags", name),
                         f"{name} is also set by per-conc rule {other_index} for an overlapping conc range",
                     )
-    for arm_name, arm in recipe.arms.items():
-        where = ("arms", arm_name)
+    for arm_name, arm in file.arms.items():
+        where: tuple[str | int, ...] = ("arms", arm_name)
         for name in arm.remove:
             if name not in base:
                 raise file.error((*where, "remove"), f"removes {name}, which the base flags do not set")
@@ -87,8 +76,9 @@ def _check(file: RecipeFile) -> None:
                 raise file.error((*where, "env", name), f"{name} is hashing env: set it once in env-policy for all arms")
             if name in recipe.env_policy:
                 raise file.error((*where, "env", name), f"{name} is set by env-policy: arms may not change it")
-        if arm_name == "lmcache":
-            _check_lmcache(file, arm)
+        env = {**recipe.env_policy, **arm.env}
+        for problem in backends.get(arm_name).check_arm(arm, arm_flags(recipe, arm), env, recipe.engine.block_size):
+            raise file.error((*where, *problem.field), problem.message)
 
 
 def _overlap(a: ConcRule, b: ConcRule) -> bool:
@@ -97,40 +87,28 @@ def _overlap(a: ConcRule, b: ConcRule) -> bool:
     return lo <= hi
 
 
-def _check_computed(file: RecipeFile) -> None:
+def _check_computed(file: RecipeFile, computed_by_engine: frozenset[str]) -> None:
     recipe = file.recipe
     places: list[tuple[tuple[Any, ...], dict[str, Any]]] = [(("engine", "flags"), dict(recipe.engine.flags))]
     places += [(("engine", "per-conc", i, "flags"), dict(r.flags)) for i, r in enumerate(recipe.engine.per_conc)]
-    places += [(("arms", name, "add"), dict(arm.add)) for name, arm in recipe.arms.items()]
-    computed = _COMPUTED_FLAGS if recipe.engine.max_num_seqs_per_conc else _COMPUTED_FLAGS - {"--max-num-seqs"}
+    places += [(("arms", name, "add"), dict(arm.add)) for name, arm in file.arms.items()]
+    computed = computed_by_engine if recipe.engine.max_num_seqs_per_conc else computed_by_engine - {"--max-num-seqs"}
     for where, flags in places:
         for name in flags:
             if name in computed:
                 raise file.error((*where, name), f"{name} is set by slurmx from the point or the node, not by a recipe")
 
 
-def _check_lmcache(file: RecipeFile, arm: Arm) -> None:
-    recipe, where = file.recipe, ("arms", "lmcache")
-    for name in arm.server_flags:
-        if name in _LMCACHE_TYPED_FLAGS:
-            raise file.error((*where, "server-flags", name), f"{name} is built from the arm's typed fields, not server-flags")
-    for knob in ("chunk_size", "l1_fraction", "transfer_mode"):
-        if getattr(arm, knob) is None:
-            raise file.error(where, f"the lmcache arm needs {knob.replace('_', '-')}")
-    assert arm.chunk_size is not None
-    if arm.chunk_size % recipe.engine.block_size:
-        raise file.error(
-            (*where, "chunk-size"),
-            f"chunk-size {arm.chunk_size} is not a multiple of the engine block size {recipe.engine.block_size}",
-        )
-    flags = arm_flags(recipe, arm)
-    for flag in _IPC_BREAKING_FLAGS:
-        if flags.get(flag) not in (None, False):
-            raise file.error(where, f"{flag} breaks LMCache's CUDA-IPC export: list it under remove")
-    env = {**recipe.env_policy, **arm.env}
-    for name in _ALLOC_ENV:
-        if "expandable_segments:true" in env.get(name, "").replace(" ", "").lower():
-            raise file.error(where, f"{name}=expandable_segments breaks LMCache's CUDA-IPC export")
+def _typed_arms(recipe: Recipe, path: Path, data: Any, index: LineIndex) -> dict[str, Arm]:
+    """Each arm validated by its backend's own model, errors located in the file."""
+    arms: dict[str, Arm] = {}
+    for name in recipe.arms:
+        try:
+            backend = backends.get(name)
+        except UserError as exc:
+            raise ConfigError(path, index.line_of(data, ("arms", name)), f"arms.{name}", str(exc)) from None
+        arms[name] = validate(backend.arm_model, data, path, index, ("arms", name))
+    return arms
 
 
 def load_recipe(path: Path) -> RecipeFile:
@@ -138,7 +116,7 @@ def load_recipe(path: Path) -> RecipeFile:
     if not isinstance(data, dict):
         raise ConfigError(path, 1, "", "a recipe must be a mapping")
     recipe = validate(Recipe, data, path, index)
-    file = RecipeFile(recipe, path, data, index)
+    file = RecipeFile(recipe, path, data, index, _typed_arms(recipe, path, data, index))
     _check(file)
     return file
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
-from slurmx.config.master import _kebab
+from slurmx.config.master import kebab
+from slurmx.flags import Flags
 
-FlagValue = bool | int | float | str | dict[str, object] | list[object]
-Flags = dict[str, FlagValue]
-ArmName = Literal["none", "vllm-simple", "lmcache", "mooncake"]
 
 # Hashing env decides prefix-cache block keys: it belongs to the recipe's one env policy, never to an arm.
 HASH_ENV = frozenset({"PYTHONHASHSEED", "VLLM_PREFIX_CACHE_HASH_SEED", "LMCACHE_HASH_SEED"})
@@ -19,7 +16,7 @@ TOOL_CALL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=_kebab, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=kebab, populate_by_name=True)
 
 
 class Match(_Model):
@@ -51,24 +48,6 @@ class Engine(_Model):
     flags: Flags
     max_num_seqs_per_conc: PositiveInt | None = None  # --max-num-seqs = this x conc
     per_conc: list[ConcRule] = Field(default_factory=list)
-
-
-class Arm(_Model):
-    """What one kv-offload-backend adds to the base: flags, removals by name, env, backend knobs."""
-
-    add: Flags = Field(default_factory=dict)
-    remove: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    # lmcache
-    l1_fraction: float | None = Field(default=None, gt=0, le=1)  # L1 = this x total-cpu-dram-gb
-    chunk_size: PositiveInt | None = None
-    transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"] | None = None
-    mq_timeout_s: float | None = None
-    server_flags: Flags = Field(default_factory=dict)
-    startup_timeout_s: PositiveInt = 600
-    # mooncake
-    master_flags: Flags = Field(default_factory=dict)
-    load_failure_policy: Literal["recompute", "fail"] | None = None
 
 
 class Replay(_Model):
@@ -109,7 +88,8 @@ class Recipe(_Model):
     served_model_name: str | None = None
     env_policy: dict[str, str]  # shared by every arm of this recipe
     engine: Engine
-    arms: dict[ArmName, Arm]
+    # arm name (a registered kv-offload backend) -> its fields; typed by the backend when the recipe loads
+    arms: dict[str, dict[str, Any]]
     replay: Replay
     router: RouterRecipe | None = None
 
@@ -120,18 +100,3 @@ class Recipe(_Model):
         if "PYTHONHASHSEED" not in env_policy:
             raise ValueError("env-policy must set PYTHONHASHSEED: every arm hashes prefixes the same way")
         return env_policy
-
-
-def render_flags(flags: Flags) -> list[str]:
-    """Mapping -> argv: true is a bare flag, false is left out, dicts and lists become compact JSON."""
-    argv: list[str] = []
-    for name, value in flags.items():
-        if value is True:
-            argv.append(name)
-        elif value is False:
-            continue
-        elif isinstance(value, (dict, list)):
-            argv += [name, json.dumps(value, separators=(",", ":"))]
-        else:
-            argv += [name, str(value)]
-    return argv

@@ -1,87 +1,29 @@
-"""Point + recipe -> ServingSpec: everything the node needs to start servers, fixed at submit time."""
+"""Point + recipe -> ServingSpec, by the recipe's arm for the point's backend and the point's engine."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
-
-from slurmx.backends import BackendSpec
-from slurmx.backends import lmcache, mooncake, vllm_simple
+from slurmx import backends, engines
+from slurmx.backends import ArmProblem, BackendSpec
+from slurmx.digest import file_digest
 from slurmx.errors import ConfigError
+from slurmx.flags import render_flags
 from slurmx.plan import Point
 from slurmx.recipes.load import RecipeFile, Recipes, arm_flags
-from slurmx.recipes.model import Replay, render_flags
-from slurmx.slurm.ledger import file_digest
-
-
-class RouterSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    launcher: list[str]
-    flags: list[str]  # without the ports and worker URLs (chosen on the node)
-    health_path: str
-    startup_timeout_s: int
-
-
-class ServingSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    recipe: str
-    recipe_file: str
-    recipe_sha256: str
-    launcher: list[str]
-    model_flag: str | None
-    model: str  # path under the runtime's model-root, or the config's model name
-    served_model_name: str
-    engine_flags: list[str]  # without host, port, model and kv-transfer-config (chosen on the node)
-    env: dict[str, str]
-    block_size: int
-    health_path: str
-    startup_timeout_s: int
-    backend: BackendSpec
-    replay: Replay
-    conc: int
-    duration_s: int
-    router: RouterSpec | None = None
-
-
-def parallel_flags(point: Point) -> list[str]:
-    """vLLM's parallelism flags: DEP runs data-parallel attention with expert parallelism."""
-    if point.dp_attn:
-        flags = ["--tensor-parallel-size", "1", "--data-parallel-size", str(point.tp), "--enable-expert-parallel"]
-    else:
-        flags = ["--tensor-parallel-size", str(point.tp)]
-        if point.ep > 1:
-            flags.append("--enable-expert-parallel")
-    if point.pp > 1:
-        flags += ["--pipeline-parallel-size", str(point.pp)]
-    if point.dcp_size > 1:
-        flags += ["--decode-context-parallel-size", str(point.dcp_size)]
-    return flags
+from slurmx.recipes.spec import RouterSpec, ServingSpec
 
 
 def _backend(file: RecipeFile, point: Point) -> BackendSpec:
     name = point.backend_name
-    if name not in file.recipe.arms:
+    if name not in file.arms:
         raise file.error(("arms",), f"no {name!r} arm for {point.config_key} point {point.exp_name}")
-    arm = file.recipe.arms[name]
-    version = point.kv_offload_backend.version if point.kv_offload_backend else None
-    budget, gpus = point.total_cpu_dram_gb, point.gpus
-    if name == "lmcache":
-        spec = lmcache.spec(arm, budget, gpus, point.tp, version)
-        if not spec.l1_size_gb:
-            raise file.error(("arms", "lmcache", "l1-fraction"), f"L1 of {point.exp_name} rounds to 0 GB of {budget} GB")
-        return spec
-    if name == "vllm-simple":
-        return vllm_simple.spec(budget, gpus, point.tp, version)
-    if name == "mooncake":
-        return mooncake.spec(arm, budget, gpus, point.tp, version)
-    return BackendSpec(name="none", gpus=gpus, tp=point.tp)
+    try:
+        spec: BackendSpec = backends.get(name).spec(file.arms[name], point)
+    except ArmProblem as problem:
+        raise file.error(("arms", name, *problem.field), problem.message) from None
+    return spec
 
 
-def resolve(point: Point, recipes: Recipes) -> ServingSpec:
+def find_recipe(point: Point, recipes: Recipes) -> RecipeFile:
     file = recipes.find(point.model_prefix, point.precision, point.framework, point.runner)
     if file is None:
         raise ConfigError(
@@ -89,11 +31,17 @@ def resolve(point: Point, recipes: Recipes) -> ServingSpec:
             f"no serving recipe matches model-prefix {point.model_prefix}, precision {point.precision}, "
             f"framework {point.framework}, runner {point.runner}",
         )  # fmt: skip
+    return file
+
+
+def resolve(point: Point, recipes: Recipes) -> ServingSpec:
+    file = find_recipe(point, recipes)
     recipe = file.recipe
-    assert isinstance(point.conc, int)
-    arm = recipe.arms.get(point.backend_name)  # type: ignore[call-overload]
+    engine = engines.get(point.framework)
+    assert isinstance(point.conc, int), "only single-node points resolve to one server"
     backend = _backend(file, point)
-    flags = render_flags(arm_flags(recipe, arm)) + parallel_flags(point)
+    arm = file.arms[point.backend_name]
+    flags = render_flags(arm_flags(recipe, arm)) + engine.parallel_flags(point)
     if recipe.engine.max_num_seqs_per_conc:
         flags += ["--max-num-seqs", str(recipe.engine.max_num_seqs_per_conc * point.conc)]
     for rule in recipe.engine.per_conc:
@@ -113,6 +61,7 @@ def resolve(point: Point, recipes: Recipes) -> ServingSpec:
         recipe=recipe.recipe,
         recipe_file=str(file.path),
         recipe_sha256=file_digest(file.path),
+        engine=engine.name,
         launcher=list(recipe.engine.launcher),
         model_flag=recipe.engine.model_flag,
         model=recipe.model_path or point.model,
@@ -122,12 +71,9 @@ def resolve(point: Point, recipes: Recipes) -> ServingSpec:
         block_size=recipe.engine.block_size,
         health_path=recipe.engine.health_path,
         startup_timeout_s=recipe.engine.startup_timeout_s,
+        gpus=point.gpus,
         backend=backend,
         replay=recipe.replay,
         conc=point.conc,
         duration_s=point.duration_s or 3600,
     )
-
-
-def resolve_all(points: list[Point], recipes: Recipes) -> dict[str, dict[str, Any]]:
-    return {p.point_id: resolve(p, recipes).model_dump() for p in points}

@@ -1,1 +1,1 @@
-"""The results tree: layout, point state, result.json schema, aggregation and collection."""
+"""aiperf artifacts -> result.json (schema, aggregation, validity gate); collection and plots."""

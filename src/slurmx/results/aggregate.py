@@ -23,10 +23,12 @@ import json
 import math
 import re
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmx import atomic
+from slurmx.plan import Point
+from slurmx.store import atomic
 from slurmx.results import prometheus
 from slurmx.results.schema import (
     ComponentMeta,
@@ -48,6 +50,7 @@ from slurmx.results.schema import (
     Throughput,
     TokenStats,
     Latency,
+    MetricsSource,
 )
 
 PROFILE_JSONL = "profile_export.jsonl"
@@ -63,29 +66,44 @@ class ArtifactError(ValueError):
 # ---------------------------------------------------------------- public entry point
 
 
+@dataclass(frozen=True)
+class RunMeta:
+    """The attempt a result comes from (what the point itself does not say)."""
+
+    sweep_id: str
+    attempt: int = 1
+    slurm_job_id: str | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplayWindow:
+    """When the replay ran, and the engine's /metrics text scraped right before and right after it."""
+
+    started_at: float | None = None
+    ended_at: float | None = None
+    engine_metrics_before: str | None = None
+    engine_metrics_after: str | None = None
+
+
 def build_result(
-    point: dict[str, Any],
+    point: Point,
     artifact_dir: Path,
     *,
-    slurmx_meta: dict[str, Any],
-    engine_metrics_before: str | None = None,
-    engine_metrics_after: str | None = None,
+    run: RunMeta,
+    window: ReplayWindow | None = None,
     engine_log: Path | None = None,
 ) -> Result:
-    """The aggregate of one point's replay.
+    """The aggregate of one point's replay; its identity fields are the point's InferenceX row.
 
-    `point` is the InferenceX row (Point.row()) plus "point-id" (and optionally "config-key");
-    `slurmx_meta` holds the SlurmxMeta fields not derivable from the point (sweep_id, attempt,
-    slurm_job_id, node, backend_version, started_at, ended_at, ...).
-    `engine_metrics_before/after` are the engine's /metrics text scraped right before and after the
-    replay; `engine_log` the engine's log, for the KV-cache pool size (kv_cache_pool_tokens).
-    """
+    `engine_log` is the engine's log, for the KV-cache pool size (kv_cache_pool_tokens)."""
+    window = window or ReplayWindow()
     artifact_dir = Path(artifact_dir)
     records, accounting = load_records(artifact_dir / PROFILE_JSONL)
     profile = _load_json(artifact_dir / PROFILE_JSON)
     server_export = _load_json(artifact_dir / SERVER_METRICS_JSON)
 
-    gpus = _gpu_count(point)
+    gpus = point.gpus
     request_metrics = compute_request_metrics(records, profile)
     totals = request_metrics.throughput
     if totals.total is not None and gpus > 0:
@@ -96,39 +114,41 @@ def build_result(
         )
 
     server_metrics, source = compute_server_metrics(
-        records, server_export, engine_metrics_before, engine_metrics_after
+        records, server_export, window.engine_metrics_before, window.engine_metrics_after
     )
     if engine_log is not None:
         server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_log)
-    meta = _slurmx_meta(point, profile, slurmx_meta, source)
-    backend = point.get("kv-offload-backend")
-    router = point.get("router")
+    meta = _slurmx_meta(point, profile, run, window, source)
+    backend = point.kv_offload_backend
     dataset = (profile.get("metadata") or {}).get("dataset") if isinstance(profile, dict) else None
+    assert isinstance(point.conc, int), "a single-node point has one concurrency"
     return Result(
-        hw=str(point.get("runner", "")),
-        conc=int(point["conc"]),
-        image=str(point.get("image", "")),
-        recipe_fingerprint=point.get("recipe-fingerprint") or recipe_fingerprint(point),
-        model=str(point.get("model", "")),
-        infmax_model_prefix=str(point.get("model-prefix", "")),
-        framework=str(point.get("framework", "")),
-        precision=str(point.get("precision", "")),
-        spec_decoding=str(point.get("spec-decoding", "none")),
-        disagg=bool(point.get("disagg", False)),
-        scenario_type=str(point.get("scenario-type", "agentic-coding")),
+        hw=point.runner,
+        conc=point.conc,
+        image=point.image,
+        recipe_fingerprint=recipe_fingerprint(point),
+        model=point.model,
+        infmax_model_prefix=point.model_prefix,
+        framework=point.framework,
+        precision=point.precision,
+        spec_decoding=point.spec_decoding,
+        disagg=point.disagg,
+        scenario_type=point.scenario,
         is_multinode=False,
         num_gpus=gpus,
-        tp=int(point.get("tp", 1)),
-        ep=int(point.get("ep", 1)),
-        dp_attention="true" if point.get("dp-attn") else "false",
-        pp=int(point.get("pp", 1)),
-        dcp_size=int(point.get("dcp-size", 1)),
-        pcp_size=int(point.get("pcp-size", 1)),
-        kv_offloading=str(point.get("kv-offloading", "none")),
-        kv_offload_backend=ComponentMeta(**_with_version(backend, meta.backend_version)) if backend else None,
-        allocated_cpu_dram_gb=int(point.get("total-cpu-dram-gb", 0)),
-        router=ComponentMeta(**router) if router else None,
-        kv_p2p_transfer=point.get("kv-p2p-transfer"),
+        tp=point.tp,
+        ep=point.ep,
+        dp_attention="true" if point.dp_attn else "false",
+        pp=point.pp,
+        dcp_size=point.dcp_size,
+        pcp_size=point.pcp_size,
+        kv_offloading=point.kv_offloading,
+        kv_offload_backend=(
+            ComponentMeta(name=backend.name, version=backend.version or meta.backend_version) if backend else None
+        ),
+        allocated_cpu_dram_gb=point.total_cpu_dram_gb,
+        router=ComponentMeta(name=point.router.name, version=point.router.version) if point.router else None,
+        kv_p2p_transfer=point.kv_p2p_transfer,
         dataset=dataset if isinstance(dataset, dict) else None,
         num_requests_total=accounting.records_total,
         num_requests_successful=len(records),
@@ -146,10 +166,10 @@ def write_result(path: Path, result: Result) -> None:
     atomic.write_json(path, result.dump())
 
 
-def recipe_fingerprint(point: dict[str, Any]) -> str:
-    """sha256 of the row without conc and names derived from it (InferenceX's recipe-fingerprint idea)."""
-    drop = {"conc", "exp-name", "point-id", "config-key", "slurm-request", "recipe-fingerprint"}
-    canonical = {k: v for k, v in point.items() if k not in drop}
+def recipe_fingerprint(point: Point) -> str:
+    """sha256 of the InferenceX row without conc and names derived from it (InferenceX's recipe-fingerprint idea)."""
+    drop = {"conc", "exp-name"}
+    canonical = {k: v for k, v in point.row().items() if k not in drop}
     return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -487,10 +507,14 @@ def compute_server_metrics(
     export: dict[str, Any],
     before: str | None,
     after: str | None,
-) -> tuple[ServerMetrics, str]:
+) -> tuple[ServerMetrics, MetricsSource]:
     exported = counters_from_export(export)
+    source: MetricsSource
     if before is not None and after is not None:
-        counters, source = counters_from_scrapes(before, after), "scrape-delta"
+        try:
+            counters, source = counters_from_scrapes(before, after), "scrape-delta"
+        except prometheus.PrometheusParseError as exc:
+            raise ArtifactError(f"the engine's /metrics scrape does not parse: {exc}") from None
         # gauges seen over the whole window beat a single scrape
         for name, value in exported.gauge_max.items():
             counters.gauge_max[name] = max(counters.gauge_max.get(name, -math.inf), value)
@@ -575,7 +599,7 @@ def compute_server_metrics(
     return metrics, source
 
 
-def _warnings(server: ServerMetrics, source: str) -> list[str]:
+def _warnings(server: ServerMetrics, source: MetricsSource) -> list[str]:
     out = []
     if source == "none":
         out.append("no engine metrics: neither before/after scrapes nor server_metrics_export.json")
@@ -605,35 +629,29 @@ def kv_pool_tokens(engine_log: Path) -> int | None:
 # ---------------------------------------------------------------- identity helpers
 
 
-def _gpu_count(point: dict[str, Any]) -> int:
-    return int(point.get("tp", 1)) * int(point.get("pp", 1)) * int(point.get("pcp-size", 1))
-
-
-def _with_version(backend: dict[str, Any], ran_version: str | None) -> dict[str, Any]:
-    out = {"name": backend["name"]}
-    version = backend.get("version") or ran_version
-    if version:
-        out["version"] = str(version)
-    return out
-
-
 def _slurmx_meta(
-    point: dict[str, Any], profile: dict[str, Any], given: dict[str, Any], source: str
+    point: Point, profile: dict[str, Any], run: RunMeta, window: ReplayWindow, source: MetricsSource
 ) -> SlurmxMeta:
-    fields = dict(given)
-    fields.setdefault("point_id", point.get("point-id", ""))
-    fields.setdefault("config_key", point.get("config-key", ""))
-    fields.setdefault("exp_name", point.get("exp-name", ""))
-    fields.setdefault("was_cancelled", bool(profile.get("was_cancelled", False)))
+    incomplete = None
     if profile.get("is_complete") is False:
-        fields.setdefault("incomplete_reason", str(profile.get("incomplete_reason") or "aiperf marked the run incomplete"))
-    if profile.get("aiperf_version"):
-        fields.setdefault("aiperf_version", str(profile["aiperf_version"]))
-    errors = _aiperf_error_count(profile)
-    if errors is not None:
-        fields.setdefault("aiperf_error_count", errors)
-    fields["engine_metrics_source"] = source
-    return SlurmxMeta(**fields)
+        incomplete = str(profile.get("incomplete_reason") or "aiperf marked the run incomplete")
+    return SlurmxMeta(
+        point_id=point.point_id,
+        config_key=point.config_key,
+        exp_name=point.exp_name,
+        parallelism=point.parallelism,
+        sweep_id=run.sweep_id,
+        attempt=run.attempt,
+        slurm_job_id=run.slurm_job_id,
+        node=run.node,
+        started_at=window.started_at,
+        ended_at=window.ended_at,
+        was_cancelled=bool(profile.get("was_cancelled", False)),
+        incomplete_reason=incomplete,
+        aiperf_version=str(profile["aiperf_version"]) if profile.get("aiperf_version") else None,
+        aiperf_error_count=_aiperf_error_count(profile),
+        engine_metrics_source=source,
+    )
 
 
 def _aiperf_error_count(profile: dict[str, Any]) -> int | None:

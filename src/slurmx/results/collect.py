@@ -18,11 +18,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from slurmx import atomic
+from slurmx.store import atomic
 from slurmx.results import gate
 from slurmx.plan import parallelism_label
 from slurmx.results.schema import Result
-from slurmx.results.tree import ResultsTree, SweepDir
+from slurmx.store.tree import SweepDir
 
 RESULT_NAME = "result.json"
 BASELINE_ARM = "none"
@@ -187,7 +187,10 @@ def _drop(sweeps: list[SweepResults], old: Row, new: Row) -> None:
 
 
 def parallelism(result: Result) -> str:
-    """TP8, DEP8, TP8-EP8, TP4-PP2 ... (the same labels as `slurmx plan`)."""
+    """TP8, DEP8, TP8-EP8, TP4-PP2 ...: the label the point recorded, else (a file written elsewhere) the same
+    function `slurmx plan` uses."""
+    if result.slurmx is not None and result.slurmx.parallelism:
+        return result.slurmx.parallelism
     dp_attn = result.dp_attention.lower() == "true"
     return parallelism_label(result.tp, result.ep, dp_attn, result.pp or 1, result.dcp_size or 1, result.pcp_size or 1)
 
@@ -315,32 +318,3 @@ def inferencex_list(rows: Iterable[Row]) -> list[dict[str, Any]]:
 
 def inferencex_path(sweep: SweepDir) -> Path:
     return sweep.path / f"agg_{sweep.config_key}.json"
-
-
-def find_sweeps(tree: ResultsTree, targets: list[str]) -> tuple[list[SweepDir], list[str]]:
-    """Sweeps named by KEY, KEY/SWEEP or SWEEP (a sweep id under any key); unknown targets returned apart."""
-    if not targets:
-        return list(tree.sweeps()), []
-    found: dict[Path, SweepDir] = {}
-    missing = []
-    for target in targets:
-        matches = _match(tree, target)
-        if matches is None:
-            missing.append(target)
-            continue
-        for sweep in matches:
-            found.setdefault(sweep.path, sweep)
-    return list(found.values()), missing
-
-
-def _match(tree: ResultsTree, target: str) -> list[SweepDir] | None:
-    """None when nothing of that name exists; [] for a key that exists but has no sweep yet."""
-    target = target.strip("/")
-    if "/" in target:
-        key, sweep_id = target.split("/", 1)
-        sweep = tree.sweep(key, sweep_id)
-        return [sweep] if sweep.sweep_json.exists() else None
-    if (tree.root / target).is_dir():
-        return list(tree.sweeps(target))
-    matches = [s for s in tree.sweeps() if s.sweep_id == target]
-    return matches or None

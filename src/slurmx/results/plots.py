@@ -9,7 +9,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from slurmx import atomic
+from slurmx.store import atomic
 from slurmx.results.collect import Row, arm_order
 
 PARETO_PNG = "tput_per_gpu_vs_interactivity.png"

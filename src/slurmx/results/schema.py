@@ -197,6 +197,9 @@ class ComponentMeta(_Strict):
     version: str | None = None
 
 
+MetricsSource = Literal["scrape-delta", "aiperf-export", "none"]
+
+
 class SlurmxMeta(_Strict):
     """What slurmx knows about the run and InferenceX does not; never read by InferenceX."""
 
@@ -204,6 +207,7 @@ class SlurmxMeta(_Strict):
     point_id: str
     config_key: str
     exp_name: str
+    parallelism: str | None = None  # the point's label (TP8, DEP8, ...), as plan, status and collect show it
     sweep_id: str
     attempt: int = 1
     slurm_job_id: str | None = None
@@ -216,7 +220,7 @@ class SlurmxMeta(_Strict):
     was_cancelled: bool = False  # aiperf's profile_export_aiperf.json `was_cancelled`
     incomplete_reason: str | None = None  # aiperf's `incomplete_reason` when it set is_complete false
     aiperf_error_count: int | None = None  # aiperf's own error count (error_summary), for cross-checking
-    engine_metrics_source: Literal["scrape-delta", "aiperf-export", "none"] = "none"
+    engine_metrics_source: MetricsSource = "none"
 
 
 class Result(_Strict):

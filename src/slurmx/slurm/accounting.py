@@ -24,6 +24,12 @@ class JobInfo:
         return self.state in ACTIVE_STATES
 
 
+def still_active(job: JobInfo | None, point_ended: bool) -> bool:
+    """Whether a point's job may still run: active in Slurm (even after its point ended, e.g. waiting out
+    a time limit), or not yet known to accounting while its point has not ended."""
+    return job.active if job is not None else not point_ended
+
+
 @dataclass
 class Query:
     """Result of one batched query, with how it was answered (for status and benchmarks)."""

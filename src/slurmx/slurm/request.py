@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from slurmx.config.clusters import SlurmProfile
 
 
-@dataclass(frozen=True)
-class SlurmRequest:
+class SlurmRequest(BaseModel):
+    """What sbatch asks for one job; points with equal requests share one array."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     partition: str
     gpus: int
     gres_type: str | None
@@ -39,28 +43,6 @@ class SlurmRequest:
             parts.append("excl")
         parts.append(f"{self.time_limit_min}m")
         return " ".join(parts)
-
-    def submitit_parameters(self) -> dict[str, Any]:
-        """Keyword arguments for submitit's `update_parameters`."""
-        params: dict[str, Any] = {
-            "slurm_partition": self.partition,
-            "slurm_gres": self.gres,
-            "slurm_mem": self.mem,
-            "timeout_min": self.time_limit_min,
-            "nodes": 1,
-            "tasks_per_node": 1,
-        }
-        if self.constraint:
-            params["slurm_constraint"] = self.constraint
-        if self.account:
-            params["slurm_account"] = self.account
-        if self.qos:
-            params["slurm_qos"] = self.qos
-        if self.cpus_per_task:
-            params["cpus_per_task"] = self.cpus_per_task
-        if self.exclusive:
-            params["slurm_exclusive"] = True
-        return params
 
 
 def slurm_request(profile: SlurmProfile, gpus: int) -> SlurmRequest:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurmx import atomic
+from slurmx.store import atomic
 from slurmx.results.schema import (
     ComponentMeta,
     Latency,

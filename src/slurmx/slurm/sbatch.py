@@ -1,14 +1,15 @@
-"""Submit a sweep as one Slurm array through submitit, with the ledger written around sbatch."""
+"""One Slurm array per request through submitit: its parameters, its rendered script, one sbatch call."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import submitit
 from submitit.slurm.slurm import _make_sbatch_string
 
-from slurmx.results.tree import SweepDir
 from slurmx.slurm.request import SlurmRequest
 
 
@@ -16,19 +17,13 @@ from slurmx.slurm.request import SlurmRequest
 class ArrayPlan:
     """One array: task i runs the points of groups[i] (one point, or one shared server's points)."""
 
-    sweep: SweepDir
+    folder: Path  # submitit's folder: pickles and Slurm's logs
     request: SlurmRequest
     job_name: str
     groups: list[list[str]]
     array_parallelism: int
     signal_delay_s: int
     setup: list[str] = field(default_factory=list)
-
-
-def executor_for(plan: ArrayPlan) -> submitit.SlurmExecutor:
-    executor = submitit.SlurmExecutor(folder=plan.sweep.submitit, max_num_timeout=0)
-    executor.update_parameters(**slurm_parameters(plan))
-    return executor
 
 
 def slurm_parameters(plan: ArrayPlan) -> dict[str, Any]:
@@ -58,20 +53,20 @@ def slurm_parameters(plan: ArrayPlan) -> dict[str, Any]:
 
 
 def render_sbatch(plan: ArrayPlan) -> str:
-    """The sbatch script submitit would send, for --dry-run and golden tests."""
-    command = f"{submitit.SlurmExecutor(folder=plan.sweep.submitit).python} -u -m submitit.core._submit {plan.sweep.submitit}"
-    return _make_sbatch_string(
-        command=command, folder=plan.sweep.submitit, map_count=len(plan.groups), **slurm_parameters(plan)
-    )
+    """The sbatch script submitit would send, for --dry-run, render and golden tests."""
+    python = submitit.SlurmExecutor(folder=plan.folder).python
+    command = f"{python} -u -m submitit.core._submit {plan.folder}"
+    return _make_sbatch_string(command=command, folder=plan.folder, map_count=len(plan.groups), **slurm_parameters(plan))
 
 
-def submit_array(plan: ArrayPlan) -> list[str]:
-    """One sbatch call for the whole array; returns the task job ids ("<array>_<i>") in order."""
-    from slurmx.node.entry import run_job  # the function the array tasks run
+def submit_array(plan: ArrayPlan, function: Callable[[str, list[str]], object], first_arg: str) -> list[str]:
+    """One sbatch call for the whole array: task i runs function(first_arg, groups[i]).
 
-    executor = executor_for(plan)
+    Returns the task job ids ("<array>_<i>") in order."""
+    executor = submitit.SlurmExecutor(folder=plan.folder, max_num_timeout=0)
+    executor.update_parameters(**slurm_parameters(plan))
     with executor.batch():
-        jobs = [executor.submit(run_job, str(plan.sweep.path), group) for group in plan.groups]
+        jobs = [executor.submit(function, first_arg, group) for group in plan.groups]
     return [job.job_id for job in jobs]
 
 

@@ -1,14 +1,19 @@
-"""state.json: the stage a point has reached, written by submit and by the job body."""
+"""state.json: the stage a point has reached. Submit and the job body both change it, so every change
+is a read-modify-write under the point's lock: neither can overwrite what the other just wrote."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from slurmx import atomic
+from slurmx.store import atomic
 
 Stage = Literal["queued", "preflight", "lmcache", "engine", "replay", "aggregate", "done", "failed", "cancelled"]
 TERMINAL_STAGES = ("done", "failed", "cancelled")
@@ -43,6 +48,10 @@ class PointState(BaseModel):
             update["reason"] = reason
         return self.model_copy(update=update)
 
+    @property
+    def ended(self) -> bool:
+        return self.stage in TERMINAL_STAGES
+
 
 def read_state(path: Path) -> PointState | None:
     try:
@@ -51,5 +60,21 @@ def read_state(path: Path) -> PointState | None:
         return None
 
 
-def write_state(path: Path, state: PointState) -> None:
-    atomic.write_text(path, state.model_dump_json(indent=2) + "\n")
+@contextmanager
+def _state_lock(path: Path) -> Iterator[None]:
+    # A sidecar lock file: state.json itself is replaced on every write, so it cannot hold the lock.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def update_state(path: Path, change: Callable[[PointState | None], PointState]) -> PointState:
+    """Apply `change` to the current state (None if there is none) and write the result atomically."""
+    with _state_lock(path):
+        state = change(read_state(path))
+        atomic.write_text(path, state.model_dump_json(indent=2) + "\n")
+        return state

@@ -8,11 +8,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmx.plan import parallelism_label
-from slurmx.results.state import read_state
-from slurmx.results.tree import PointDir, SweepDir
+from slurmx.store.state import read_state
+from slurmx.store.tree import PointDir, SweepDir
 from slurmx.slurm.accounting import JobInfo, Query, query_jobs
-from slurmx.slurm.ledger import PointRecord, Sweep, read_point, read_sweep
+from slurmx.store.ledger import PointRecord, Sweep, read_point, read_sweep
 
 # Slurm's terminal states, in the words status shows.
 _SLURM_END = {
@@ -53,13 +52,6 @@ class PointStatus:
     @property
     def ended(self) -> bool:
         return self.state in ENDED or self.state == "not submitted"
-
-
-def _parallelism(row: dict[str, Any]) -> str:
-    if "tp" not in row:
-        return "multinode"
-    return parallelism_label(row["tp"], row.get("ep", 1), bool(row.get("dp-attn")), row.get("pp", 1),
-                             row.get("dcp-size", 1), row.get("pcp-size", 1))
 
 
 def _elapsed(text: str | None) -> float | None:
@@ -126,14 +118,14 @@ def point_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: di
     if elapsed is None and state and state.started_at:
         elapsed = (state.ended_at or time.time()) - state.started_at
     log = explaining_log(sweep, point, state.job_id if state else None) if label in ENDED - {"completed"} else None
-    row = record.row
+    conc = record.point.conc
     return PointStatus(
         config_key=record.config_key,
         sweep_id=record.sweep_id,
         point_id=record.point_id,
-        parallelism=_parallelism(row),
-        backend=(row.get("kv-offload-backend") or {}).get("name", "none"),
-        conc=row["conc"],
+        parallelism=record.labels.parallelism,
+        backend=record.labels.backend,
+        conc=list(conc) if isinstance(conc, tuple) else conc,
         state=label,
         stage=stage,
         node=(job.node if job else None) or (state.node if state else None),

@@ -1,0 +1,126 @@
+"""What a KV-offload backend is to slurmx: a Protocol every backend module implements.
+
+A backend owns its recipe knobs (an `Arm` subclass), their validation, the sizes it derives from a
+point's DRAM budget (a `BackendSpec` subclass stored in point.json), its server processes, the
+vLLM connector config, its preflight checks, and its metrics and cache-reset endpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from slurmx.config.master import kebab
+from slurmx.flags import Flags
+from slurmx.plan import Point
+from slurmx.process import Process, ServerPorts
+from slurmx.runtimes.base import Runtime
+
+GB = 1_000_000_000
+
+
+class BackendSpec(BaseModel):
+    """A backend resolved for one point at submit time; each backend stores its own subclass."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    version: str | None = None
+    startup_timeout_s: int = 600
+
+    def host_memory_bytes(self) -> int:
+        """Host DRAM the backend pins for its cache (preflight checks the node has it)."""
+        return 0
+
+
+class Arm(BaseModel):
+    """What one kv-offload-backend adds to a recipe's base: flags, removals by name, env; plus its knobs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=kebab, populate_by_name=True)
+
+    add: Flags = Field(default_factory=dict)
+    remove: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout_s: PositiveInt = 600
+
+
+class ArmProblem(ValueError):
+    """A recipe arm the backend cannot run: the field under the arm, and why."""
+
+    def __init__(self, field: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+S = TypeVar("S", bound=BackendSpec)
+
+
+class Backend(Protocol[S]):
+    name: str  # the master config's kv-offload-backend name ("none" when a point does not offload)
+    arm_model: type[Arm]
+    spec_model: type[S]
+    port_names: tuple[str, ...]  # ports of its own servers, chosen on the node
+
+    def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
+        """Rules a recipe arm must obey to run this backend (checked when the recipe loads)."""
+        ...
+
+    def spec(self, arm: Arm, point: Point) -> S:
+        """The sizes this point runs with, from its DRAM budget; ArmProblem if the arm cannot serve it."""
+        ...
+
+    def servers(self, spec: S, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
+        """Processes to start before the engine, in order (env is the recipe's env policy)."""
+        ...
+
+    def connector_config(self, spec: S, ports: ServerPorts) -> dict[str, Any] | None:
+        """vLLM's --kv-transfer-config, built by one function (never by hand)."""
+        ...
+
+    def preflight(self, spec: S, runtime: Runtime) -> list[str]:
+        """One line per problem on this node that would stop the backend."""
+        ...
+
+    def metrics_urls(self, spec: S, ports: ServerPorts) -> list[str]:
+        """The tier's own /metrics, scraped alongside the engine's during the replay."""
+        ...
+
+    def cache_reset_urls(self, spec: S, ports: ServerPorts) -> list[str]:
+        """POST these to empty the tier between points that share a server."""
+        ...
+
+
+class BaseBackend(Generic[S]):
+    """Defaults for the parts of the Protocol a backend does not need: no servers, no connector."""
+
+    name: str
+    arm_model: type[Arm] = Arm
+    spec_model: type[S]
+    port_names: tuple[str, ...] = ()
+
+    def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
+        return []
+
+    def spec(self, arm: Arm, point: Point) -> S:
+        raise NotImplementedError
+
+    def servers(self, spec: S, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
+        return []
+
+    def connector_config(self, spec: S, ports: ServerPorts) -> dict[str, Any] | None:
+        return None
+
+    def preflight(self, spec: S, runtime: Runtime) -> list[str]:
+        return []
+
+    def metrics_urls(self, spec: S, ports: ServerPorts) -> list[str]:
+        return []
+
+    def cache_reset_urls(self, spec: S, ports: ServerPorts) -> list[str]:
+        return []
+
+
+def backend_version(point: Point) -> str | None:
+    return point.kv_offload_backend.version if point.kv_offload_backend else None

@@ -1,0 +1,25 @@
+"""A serving engine: how its server is started for a point, and where it answers health, metrics and resets."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from slurmx.plan import Point
+
+
+class Engine(Protocol):
+    name: str  # the master config's `framework`
+    # Flags the engine module computes from the point or the node; a recipe that set one would put it twice.
+    computed_flags: frozenset[str]
+    metrics_path: str
+
+    def parallel_flags(self, point: Point) -> list[str]: ...
+
+    def argv(
+        self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
+        flags: list[str], connector: dict[str, Any] | None,
+    ) -> list[str]: ...  # fmt: skip
+
+    def cache_reset_path(self) -> str | None:
+        """POST path that empties the engine's prefix cache (and the external tier's view of it)."""
+        ...

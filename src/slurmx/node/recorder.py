@@ -1,0 +1,55 @@
+"""A point's stages as the job body records them in state.json, and the job's identity on the node."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from slurmx.store.state import PointState, Stage, update_state
+from slurmx.store.tree import PointDir
+
+
+class PointFailed(Exception):
+    """A point failed for a reason that fits on one line."""
+
+
+def slurm_job_id() -> str | None:
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def job_marker() -> str:
+    """Unique per job and attempt: every process the job starts carries it in its env."""
+    return f"{slurm_job_id() or 'local'}-{os.getpid()}"
+
+
+class StageRecorder:
+    """Writes stage changes of one point to its state.json (under the state's lock)."""
+
+    def __init__(self, point: PointDir) -> None:
+        self.point = point
+        self.state = update_state(point.state_json, lambda s: s or PointState(point_id=point.point_id))
+
+    def _update(self, **fields: object) -> None:
+        self.state = update_state(self.point.state_json, lambda s: (s or self.state).model_copy(update=fields))
+
+    def stage(self, stage: Stage, reason: str | None = None) -> None:
+        self.state = update_state(self.point.state_json, lambda s: (s or self.state).advance(stage, reason))
+
+    @property
+    def ended(self) -> bool:
+        return self.state.ended
+
+    def started(self) -> None:
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        fields: dict[str, object] = {"node": node, "reason": None}
+        if job_id := slurm_job_id():
+            fields["job_id"] = job_id
+        self._update(**fields)
+        self.stage("preflight")
+
+    def ended_by(self, signal_name: str, reason: str) -> None:
+        self._update(ended_by=signal_name)
+        self.stage("cancelled", reason)

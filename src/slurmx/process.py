@@ -1,0 +1,34 @@
+"""What starts on a node, as data: a process's argv, env delta and readiness URL, and the ports chosen."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Every process logs unbuffered, so a failure's log tail shows its last words.
+COMMON_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
+@dataclass(frozen=True)
+class Process:
+    name: str  # lmcache, mooncake-master, engine, router, replay
+    argv: list[str]
+    env: dict[str, str]
+    health_url: str | None = None
+    ready_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class ServerPorts:
+    """Ports chosen on the node (free ones), or InferenceX's fixed ones when rendering for review."""
+
+    engine: int  # where clients connect: the engine, or the router in front of it
+    engine_behind_router: int = 0  # the engine's own port when a router fronts it
+    named: Mapping[str, int] = field(default_factory=dict)  # a backend's own ports, by the names it declares
+
+    def __getitem__(self, name: str) -> int:
+        return self.named[name]
+
+
+def loopback(port: int, path: str = "") -> str:
+    return f"http://127.0.0.1:{port}{path}"

@@ -1,0 +1,46 @@
+"""ServingSpec: everything the node needs to start a point's servers and replay, fixed at submit time."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from slurmx.backends import AnyBackendSpec
+from slurmx.recipes.model import Replay
+
+
+class RouterSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    launcher: list[str]
+    flags: list[str]  # without the ports and worker URLs (chosen on the node)
+    health_path: str
+    startup_timeout_s: int
+
+
+class ServingSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recipe: str
+    recipe_file: str
+    recipe_sha256: str
+    engine: str = "vllm"  # a registered serving engine (slurmx.engines), the config's framework
+    launcher: list[str]
+    model_flag: str | None
+    model: str  # path under the runtime's model-root, or the config's model name
+    served_model_name: str
+    engine_flags: list[str]  # without host, port, model and kv-transfer-config (chosen on the node)
+    env: dict[str, str]
+    block_size: int
+    health_path: str
+    startup_timeout_s: int
+    gpus: int  # GPUs the engine runs on: the point's tp x pp x pcp
+    backend: AnyBackendSpec
+    replay: Replay
+    conc: int
+    duration_s: int
+    router: RouterSpec | None = None
+
+    def provenance_free(self) -> dict[str, object]:
+        """The spec without where the recipe came from: equal when the same thing would run."""
+        return self.model_dump(exclude={"recipe_file", "recipe_sha256"})

@@ -1,0 +1,121 @@
+"""The submit stage: decide per point, check the cluster, plan one array per Slurm request, and write
+the ledger around each sbatch call. Typed in, typed out; `commands/submit.py` only parses and prints."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmx.errors import UserError
+from slurmx.inputs import Inputs
+from slurmx.node.entry import run_job
+from slurmx.slurm import cluster_check
+from slurmx.slurm.sbatch import ArrayPlan, array_id, render_sbatch, submit_array
+from slurmx.store import ledger
+from slurmx.store.lock import locked
+from slurmx.store.tree import ResultsTree, SweepDir
+from slurmx.submit.arrays import array_plans
+from slurmx.submit.decide import Decision, Mode, decide
+from slurmx.submit.resolved import Resolved, resolve_points
+
+
+@dataclass
+class ArrayReport:
+    request: str
+    tasks: int
+    job_ids: list[str] = field(default_factory=list)
+    sbatch_script: str | None = None
+
+
+@dataclass
+class KeyReport:
+    config_key: str
+    sweep_id: str
+    sweep_path: str
+    decisions: list[Decision] = field(default_factory=list)
+    arrays: list[ArrayReport] = field(default_factory=list)
+
+    @property
+    def job_ids(self) -> list[str]:
+        return [j for a in self.arrays for j in a.job_ids]
+
+    @property
+    def sbatch_calls(self) -> int:
+        return sum(1 for a in self.arrays if a.job_ids)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config-key": self.config_key,
+            "sweep-id": self.sweep_id,
+            "sweep-path": self.sweep_path,
+            "array-job-id": array_id(self.job_ids),
+            "sbatch-calls": self.sbatch_calls,
+            "arrays": [
+                {"request": a.request, "tasks": a.tasks, "array-job-id": array_id(a.job_ids)} for a in self.arrays
+            ],
+            "points": [
+                {"point-id": d.item.point.point_id, "action": d.action, "why": d.why, "exp-name": d.item.point.exp_name}
+                for d in self.decisions
+            ],
+        }
+
+
+def sweep_dir(tree: ResultsTree, key: str, inputs: Inputs) -> SweepDir:
+    """A key's sweep: the same directory for the same plan, whichever of its points a command names."""
+    return tree.sweep(key, ledger.sweep_id_for(key, inputs.key_points(key)))
+
+
+def check_cluster(resolved: list[Resolved]) -> None:
+    """Can the cluster ever run each request? One query of nodes and partitions for all of them."""
+    partitions = cluster_check.query_partitions()
+    nodes = cluster_check.query_nodes()
+    for item in resolved:
+        reason = cluster_check.why_unrunnable(item.request, partitions, nodes)
+        if reason:
+            p = item.point
+            raise UserError(f"{p.config_key} point {p.point_id} ({p.exp_name}) can never run here: {reason}")
+
+
+def submit_key(
+    key: str, inputs: Inputs, tree: ResultsTree, mode: Mode, *, dry_run: bool = False, max_parallel: int | None = None
+) -> KeyReport:
+    points = inputs.key_points(key)
+    resolved = resolve_points(points, inputs)
+    sweep = sweep_dir(tree, key, inputs)
+    report = KeyReport(key, sweep.sweep_id, str(sweep.path))
+    with locked(tree.key_lock(key)):
+        report.decisions = decide(resolved, tree, sweep, mode)
+        chosen = [d.item for d in report.decisions if d.action == "submit"]
+        plans = array_plans(chosen, sweep.submitit, max_parallel)
+        if dry_run:
+            report.arrays = [ArrayReport(p.request.summary(), len(p.groups), sbatch_script=render_sbatch(p)) for p in plans]
+            return report
+        if not chosen:
+            return report
+        check_cluster(chosen)
+        profile = chosen[0].profile
+        record = ledger.new_sweep(sweep, points, inputs.masters.files, inputs.clusters.path, profile)
+        ledger.write_sweep(sweep, record)
+        for item in chosen:
+            ledger.queue_point(sweep.point(item.point.point_id), item.record(sweep.sweep_id))
+        for plan in plans:
+            report.arrays.append(_submit_one(plan, sweep, record))
+    return report
+
+
+def _submit_one(plan: ArrayPlan, sweep: SweepDir, record: ledger.Sweep) -> ArrayReport:
+    """One sbatch call, with the ledger written before (tasks) and after (job ids)."""
+    submission = ledger.Submission(
+        at=time.time(), tasks={str(i): g for i, g in enumerate(plan.groups)}, request=plan.request.summary()
+    )
+    record.submissions.append(submission)
+    ledger.write_sweep(sweep, record)
+    job_ids = submit_array(plan, run_job, str(sweep.path))
+    for group, job_id in zip(plan.groups, job_ids, strict=True):
+        for point_id in group:
+            ledger.record_job_id(sweep.point(point_id), job_id)
+    submission.array_job_id = array_id(job_ids)
+    submission.sbatch_calls = 1
+    ledger.write_sweep(sweep, record)
+    return ArrayReport(plan.request.summary(), len(plan.groups), job_ids)
