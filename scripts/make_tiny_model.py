@@ -87,15 +87,115 @@ For each call, answer with <tool_call>{"name": <function-name>, "arguments": <ar
 {% endif -%}
 """
 
-WORDS = (
-    "the of and to in is that for it as with was on be by at this from or an are not have "
-    "model cache token request server prefix block chunk engine memory session turn tool call "
-    "agent trace replay latency throughput benchmark node gpu cpu slurm job queue batch result "
-    "function argument value name file read write search list open close error retry time "
-    "first second last next user assistant system message content code python shell command "
-    "data value key index table row column count sum mean max min sort filter map reduce "
-    "hello world please thanks answer question explain summarize check fix test build run"
-).split()
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "was",
+    "on",
+    "be",
+    "by",
+    "at",
+    "this",
+    "from",
+    "or",
+    "an",
+    "are",
+    "not",
+    "have",
+    "model",
+    "cache",
+    "token",
+    "request",
+    "server",
+    "prefix",
+    "block",
+    "chunk",
+    "engine",
+    "memory",
+    "session",
+    "turn",
+    "tool",
+    "call",
+    "agent",
+    "trace",
+    "replay",
+    "latency",
+    "throughput",
+    "benchmark",
+    "node",
+    "gpu",
+    "cpu",
+    "slurm",
+    "job",
+    "queue",
+    "batch",
+    "result",
+    "function",
+    "argument",
+    "value",
+    "name",
+    "file",
+    "read",
+    "write",
+    "search",
+    "list",
+    "open",
+    "close",
+    "error",
+    "retry",
+    "time",
+    "first",
+    "second",
+    "last",
+    "next",
+    "user",
+    "assistant",
+    "system",
+    "message",
+    "content",
+    "code",
+    "python",
+    "shell",
+    "command",
+    "data",
+    "value",
+    "key",
+    "index",
+    "table",
+    "row",
+    "column",
+    "count",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "sort",
+    "filter",
+    "map",
+    "reduce",
+    "hello",
+    "world",
+    "please",
+    "thanks",
+    "answer",
+    "question",
+    "explain",
+    "summarize",
+    "check",
+    "fix",
+    "test",
+    "build",
+    "run",
+]
 
 
 def corpus(rng: random.Random, lines: int = 6000):
@@ -110,7 +210,10 @@ def corpus(rng: random.Random, lines: int = 6000):
             fn = "_".join(words[:2])
             yield f"def {fn}({words[2]}, {words[3]}={rng.randint(0, 999)}):\n    return {words[4]}.{words[5]}()"
         elif kind == 2:
-            args = {words[j]: (rng.randint(0, 10**6) if rng.random() < 0.5 else words[j + 1]) for j in range(0, min(n - 1, 8), 2)}
+            args = {
+                words[j]: (rng.randint(0, 10**6) if rng.random() < 0.5 else words[j + 1])
+                for j in range(0, min(n - 1, 8), 2)
+            }
             yield json.dumps({"name": "_".join(words[:2]), "arguments": args})
         else:
             yield f"{rng.randint(0, 10**9)} {' '.join(words)} {rng.random():.6f} /path/{words[0]}/{words[1]}.txt"
@@ -182,7 +285,8 @@ def build_model(tokenizer, seed: int):
 def write_hf_cache(model_dir: Path, hf_home: Path, repo_id: str) -> Path:
     """Copy the tokenizer files and config into HF_HOME/hub/models--ORG--NAME/snapshots/<rev>/."""
     files = sorted(
-        p for p in model_dir.iterdir()
+        p
+        for p in model_dir.iterdir()
         if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".safetensors")
     )
     h = hashlib.sha1()
@@ -223,15 +327,21 @@ def main() -> None:
     for t in ("<tool_call>", "</tool_call>"):
         ids = tok.encode(t, add_special_tokens=False)
         assert len(ids) == 1, (t, ids)
-    tools = [{"type": "function", "function": {"name": "get_time", "description": "now",
-                                                 "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "get_time", "description": "now", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "what time is it?"}]
     text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
     assert "<tools>" in text and text.endswith("<|im_start|>assistant\n"), text
 
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"  tiny model: {out} ({n_params} params, vocab {len(tok)}, hidden {HIDDEN}, "
-          f"{LAYERS} layers, max_position_embeddings {MAX_POS})")
+    print(
+        f"  tiny model: {out} ({n_params} params, vocab {len(tok)}, hidden {HIDDEN}, "
+        f"{LAYERS} layers, max_position_embeddings {MAX_POS})"
+    )
     if args.hf_home:
         snap = write_hf_cache(out, args.hf_home, args.repo_id)
         print(f"  HF cache copy: {snap} (tokenizer {args.repo_id})")

@@ -54,71 +54,166 @@ def _entry(text: str) -> str:
 
 CASES = [
     Case("yaml syntax", MASTER.replace("multinode: false", "multinode: [false"), expect=("YAML syntax error",)),
-    Case("unknown top field", MASTER.replace("image: img", "imagee: img"), expect_line=2,
-         expect=("k.imagee", "unknown field", "did you mean 'image'")),
-    Case("unknown entry field", _entry("{ tpp: 8, kv-offloading: none, conc-list: [4] }"), expect_line=13,
-         expect=("search-space[0].tpp", "did you mean 'tp'")),
+    Case(
+        "unknown top field",
+        MASTER.replace("image: img", "imagee: img"),
+        expect_line=2,
+        expect=("k.imagee", "unknown field", "did you mean 'image'"),
+    ),
+    Case(
+        "unknown entry field",
+        _entry("{ tpp: 8, kv-offloading: none, conc-list: [4] }"),
+        expect_line=13,
+        expect=("search-space[0].tpp", "did you mean 'tp'"),
+    ),
     Case("unknown config key", key="kk", expect=("kk", "unknown config key", "did you mean 'k'")),
-    Case("tp as string", _entry('{ tp: "8", conc-list: [4] }'), expect_line=13,
-         expect=("search-space[0].tp", "valid integer", "'8'")),
-    Case("conc-list not a list", _entry("{ tp: 8, conc-list: 4 }"), expect_line=13,
-         expect=("conc-list", "valid list")),
-    Case("conc-list with conc-start", _entry("{ tp: 8, conc-list: [4], conc-start: 1, conc-end: 4 }"),
-         expect_line=13, expect=("search-space[0]", "not both")),
-    Case("conc-start above conc-end", _entry("{ tp: 8, conc-start: 8, conc-end: 4 }"), expect_line=13,
-         expect=("conc-start 8 is above conc-end 4",)),
+    Case(
+        "tp as string",
+        _entry('{ tp: "8", conc-list: [4] }'),
+        expect_line=13,
+        expect=("search-space[0].tp", "valid integer", "'8'"),
+    ),
+    Case("conc-list not a list", _entry("{ tp: 8, conc-list: 4 }"), expect_line=13, expect=("conc-list", "valid list")),
+    Case(
+        "conc-list with conc-start",
+        _entry("{ tp: 8, conc-list: [4], conc-start: 1, conc-end: 4 }"),
+        expect_line=13,
+        expect=("search-space[0]", "not both"),
+    ),
+    Case(
+        "conc-start above conc-end",
+        _entry("{ tp: 8, conc-start: 8, conc-end: 4 }"),
+        expect_line=13,
+        expect=("conc-start 8 is above conc-end 4",),
+    ),
     Case("no concurrency", _entry("{ tp: 8 }"), expect_line=13, expect=("missing concurrency",)),
     Case("conc-start alone", _entry("{ tp: 8, conc-start: 2 }"), expect_line=13, expect=("together",)),
-    Case("backend with offloading none",
-         _entry("{ tp: 8, kv-offloading: none, kv-offload-backend: { name: lmcache }, conc-list: [4] }"),
-         expect_line=13, expect=("kv-offloading is none",)),
-    Case("dram-utilization above 1", MASTER.replace("0.63", "1.5"), expect_line=11,
-         expect=("dram-utilization", "less than or equal to 1")),
-    Case("dram-utilization zero", MASTER.replace("0.63", "0.0"), expect_line=11,
-         expect=("dram-utilization", "greater than 0")),
-    Case("dram-utilization missing", MASTER.replace("    - dram-utilization: 0.63\n      search-space:",
-                                                    "    - search-space:"),
-         expect_line=11, expect=("dram-utilization is required",)),
-    Case("unknown cluster label", MASTER.replace("cluster:t", "cluster:tt"), expect_line=1,
-         expect=("k.runner", "unknown cluster label 'cluster:tt'", "did you mean 'cluster:t'")),
-    Case("tp above gpus per node", _entry("{ tp: 16, conc-list: [4] }"), expect_line=1,
-         expect=("search-space[0].tp", "needs 16 GPUs", "8 per node")),
-    Case("unknown backend", _entry("{ tp: 8, kv-offloading: dram, kv-offload-backend: { name: redis }, conc-list: [4] }"),
-         expect_line=13, expect=("kv-offload-backend.name", "'redis'")),
-    Case("kv-offloading ssd", _entry("{ tp: 8, kv-offloading: ssd, conc-list: [4] }"), expect_line=13,
-         expect=("kv-offloading", "'ssd'")),
-    Case("missing model", MASTER.replace("  model: m\n", ""), expect_line=1,
-         expect=("k.model", "required field is missing")),
-    Case("duplicate yaml key", MASTER.replace("  model: m\n", "  model: m\n  model: n\n"), expect_line=4,
-         expect=("model", "duplicate key")),
-    Case("multinode as string", MASTER.replace("multinode: false", 'multinode: "no"'), expect_line=8,
-         expect=("multinode", "'no'")),
-    Case("spec-decoding invalid", _entry("{ tp: 8, spec-decoding: eagle, conc-list: [4] }"), expect_line=13,
-         expect=("spec-decoding", "'eagle'")),
+    Case(
+        "backend with offloading none",
+        _entry("{ tp: 8, kv-offloading: none, kv-offload-backend: { name: lmcache }, conc-list: [4] }"),
+        expect_line=13,
+        expect=("kv-offloading is none",),
+    ),
+    Case(
+        "dram-utilization above 1",
+        MASTER.replace("0.63", "1.5"),
+        expect_line=11,
+        expect=("dram-utilization", "less than or equal to 1"),
+    ),
+    Case(
+        "dram-utilization zero",
+        MASTER.replace("0.63", "0.0"),
+        expect_line=11,
+        expect=("dram-utilization", "greater than 0"),
+    ),
+    Case(
+        "dram-utilization missing",
+        MASTER.replace("    - dram-utilization: 0.63\n      search-space:", "    - search-space:"),
+        expect_line=11,
+        expect=("dram-utilization is required",),
+    ),
+    Case(
+        "unknown cluster label",
+        MASTER.replace("cluster:t", "cluster:tt"),
+        expect_line=1,
+        expect=("k.runner", "unknown cluster label 'cluster:tt'", "did you mean 'cluster:t'"),
+    ),
+    Case(
+        "tp above gpus per node",
+        _entry("{ tp: 16, conc-list: [4] }"),
+        expect_line=1,
+        expect=("search-space[0].tp", "needs 16 GPUs", "8 per node"),
+    ),
+    Case(
+        "unknown backend",
+        _entry("{ tp: 8, kv-offloading: dram, kv-offload-backend: { name: redis }, conc-list: [4] }"),
+        expect_line=13,
+        expect=("kv-offload-backend.name", "'redis'"),
+    ),
+    Case(
+        "kv-offloading ssd",
+        _entry("{ tp: 8, kv-offloading: ssd, conc-list: [4] }"),
+        expect_line=13,
+        expect=("kv-offloading", "'ssd'"),
+    ),
+    Case(
+        "missing model",
+        MASTER.replace("  model: m\n", ""),
+        expect_line=1,
+        expect=("k.model", "required field is missing"),
+    ),
+    Case(
+        "duplicate yaml key",
+        MASTER.replace("  model: m\n", "  model: m\n  model: n\n"),
+        expect_line=4,
+        expect=("model", "duplicate key"),
+    ),
+    Case(
+        "multinode as string",
+        MASTER.replace("multinode: false", 'multinode: "no"'),
+        expect_line=8,
+        expect=("multinode", "'no'"),
+    ),
+    Case(
+        "spec-decoding invalid",
+        _entry("{ tp: 8, spec-decoding: eagle, conc-list: [4] }"),
+        expect_line=13,
+        expect=("spec-decoding", "'eagle'"),
+    ),
     Case("master not a mapping", "- a\n- b\n", expect_line=1, expect=("mapping",)),
-    Case("zero concurrency", _entry("{ tp: 8, conc-list: [0, 4] }"), expect_line=13,
-         expect=("conc-list[0]", "greater than 0")),
-    Case("empty search-space", MASTER.replace("      search-space:\n" + ENTRY, "      search-space: []"),
-         expect_line=12, expect=("search-space", "at least 1")),
-    Case("no scenario", MASTER.split("  scenarios:")[0] + "  scenarios: {}\n", expect_line=9,
-         expect=("no scenario",)),
-    Case("clusters unknown field", clusters=CLUSTERS.replace("gpus-per-node", "gpu-per-node"), file="clusters.yaml",
-         expect_line=4, expect=("hardware.cluster:t.gpu-per-node", "did you mean 'gpus-per-node'")),
-    Case("clusters zero gpus", clusters=CLUSTERS.replace("gpus-per-node: 8", "gpus-per-node: 0"), file="clusters.yaml",
-         expect_line=4, expect=("gpus-per-node", "greater than 0")),
-    Case("clusters signal too close to the limit",
-         clusters=CLUSTERS + "    slurm: { partition: p, time-limit-min: 1, signal-delay-s: 30 }\n",
-         file="clusters.yaml", expect_line=5, expect=("hardware.cluster:t.slurm", "leaves under a minute")),
-    Case("clusters bad slurm section", clusters=CLUSTERS + "    slurm: { partition: p, exclusive: maybe }\n",
-         file="clusters.yaml", expect_line=5, expect=("slurm.exclusive", "'maybe'")),
+    Case(
+        "zero concurrency",
+        _entry("{ tp: 8, conc-list: [0, 4] }"),
+        expect_line=13,
+        expect=("conc-list[0]", "greater than 0"),
+    ),
+    Case(
+        "empty search-space",
+        MASTER.replace("      search-space:\n" + ENTRY, "      search-space: []"),
+        expect_line=12,
+        expect=("search-space", "at least 1"),
+    ),
+    Case("no scenario", MASTER.split("  scenarios:")[0] + "  scenarios: {}\n", expect_line=9, expect=("no scenario",)),
+    Case(
+        "clusters unknown field",
+        clusters=CLUSTERS.replace("gpus-per-node", "gpu-per-node"),
+        file="clusters.yaml",
+        expect_line=4,
+        expect=("hardware.cluster:t.gpu-per-node", "did you mean 'gpus-per-node'"),
+    ),
+    Case(
+        "clusters zero gpus",
+        clusters=CLUSTERS.replace("gpus-per-node: 8", "gpus-per-node: 0"),
+        file="clusters.yaml",
+        expect_line=4,
+        expect=("gpus-per-node", "greater than 0"),
+    ),
+    Case(
+        "clusters signal too close to the limit",
+        clusters=CLUSTERS + "    slurm: { partition: p, time-limit-min: 1, signal-delay-s: 30 }\n",
+        file="clusters.yaml",
+        expect_line=5,
+        expect=("hardware.cluster:t.slurm", "leaves under a minute"),
+    ),
+    Case(
+        "clusters bad slurm section",
+        clusters=CLUSTERS + "    slurm: { partition: p, exclusive: maybe }\n",
+        file="clusters.yaml",
+        expect_line=5,
+        expect=("slurm.exclusive", "'maybe'"),
+    ),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_input_is_one_located_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: Case) -> None:
+def test_bad_input_is_one_located_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: Case
+) -> None:
     (tmp_path / "master.yaml").write_text(case.master)
     (tmp_path / "clusters.yaml").write_text(case.clusters)
-    code = main(["plan", case.key, "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")])
+    code = main(
+        ["plan", case.key, "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    )
     out, err = capsys.readouterr()
     assert code == 2
     assert out == ""
@@ -145,8 +240,18 @@ def test_duplicate_key_across_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     (tmp_path / "a.yaml").write_text(MASTER)
     (tmp_path / "b.yaml").write_text(MASTER)
     (tmp_path / "clusters.yaml").write_text(CLUSTERS)
-    code = main(["plan", "k", "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml"),
-                 "--clusters", str(tmp_path / "clusters.yaml")])
+    code = main(
+        [
+            "plan",
+            "k",
+            "--config",
+            str(tmp_path / "a.yaml"),
+            "--config",
+            str(tmp_path / "b.yaml"),
+            "--clusters",
+            str(tmp_path / "clusters.yaml"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert "b.yaml:1: k: config key also defined at" in err and "a.yaml:1" in err
@@ -156,9 +261,20 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
     (tmp_path / "master.yaml").write_text(MASTER.replace("tp: 8", "tp: eight"))
     (tmp_path / "clusters.yaml").write_text(CLUSTERS)
     proc = subprocess.run(
-        [sys.executable, "-m", "slurmx", "plan", "k", "--config", str(tmp_path / "master.yaml"),
-         "--clusters", str(tmp_path / "clusters.yaml")],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "slurmx",
+            "plan",
+            "k",
+            "--config",
+            str(tmp_path / "master.yaml"),
+            "--clusters",
+            str(tmp_path / "clusters.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr

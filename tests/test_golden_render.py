@@ -26,8 +26,10 @@ class _Args:
 
 def _normalise(text: str, results: Path) -> str:
     # Machine-specific paths become placeholders; everything else must match byte for byte.
-    return text.replace(str(results.resolve()), "<results>").replace(sys.executable, "<python>").replace(
-        str(Path(sys.executable).resolve()), "<python>"
+    return (
+        text.replace(str(results.resolve()), "<results>")
+        .replace(sys.executable, "<python>")
+        .replace(str(Path(sys.executable).resolve()), "<python>")
     )
 
 

@@ -44,11 +44,13 @@ class Inputs:
     def key_points(self, key: str) -> list[Point]:
         return [p for p in self.points if p.config_key == key]
 
-    def keys(self) -> list[str]:
+    def config_keys(self) -> list[str]:
         return list(dict.fromkeys(p.config_key for p in self.points))
 
 
-def load_inputs(config_files: list[Path] | None, clusters_file: Path | None, keys: list[str], all_keys: bool = False) -> Inputs:
+def load_inputs(
+    config_files: list[Path] | None, clusters_file: Path | None, keys: list[str], all_keys: bool = False
+) -> Inputs:
     config_files = config_files or paths.default_masters()
     if not config_files:
         raise UserError(f"no master config found in {paths.config_dir()}; pass --config FILE")

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from slurmx.config.clusters import ClusterProfile
 from slurmx.config.load import Clusters, Masters, suggest
@@ -17,9 +19,10 @@ from slurmx.config.master import (
     AgenticCoding,
     KvOffloadBackend,
     MasterConfig,
-    MultiNodeConfig,
+    MultiNodeEntry,
     Router,
-    SingleNodeConfig,
+    Scenarios,
+    SingleNodeEntry,
     WorkerSpec,
 )
 from slurmx.errors import ConfigError
@@ -32,9 +35,7 @@ AGENTIC_DURATION_S = 3600
 _SEQ_LEN_NAMES = {(1024, 1024): "1k1k", (1024, 8192): "1k8k", (8192, 1024): "8k1k"}
 
 
-def dram_budget_gb(
-    available_cpu_dram_mib: int, gpus_per_node: int, dram_utilization: float, gpu_share: int
-) -> int:
+def dram_budget_gb(available_cpu_dram_mib: int, gpus_per_node: int, dram_utilization: float, gpu_share: int) -> int:
     """InferenceX's host-DRAM budget in GB for a server on `gpu_share` (tp*pp*pcp) GPUs of a node."""
     fraction = min(gpu_share, gpus_per_node) / gpus_per_node
     dram_bytes = min(available_cpu_dram_mib, DRAM_CAP_MIB) * 1024 * 1024 * dram_utilization * fraction
@@ -119,8 +120,8 @@ def _worker_label(side: str, worker: WorkerSpec) -> str:
     return label
 
 
-def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, exclude_none=True)  # type: ignore[no-any-return]
+def _dump(model: BaseModel) -> dict[str, Any]:
+    return dict(model.model_dump(by_alias=True, exclude_none=True))
 
 
 def _worker_row(worker: WorkerSpec) -> dict[str, Any]:
@@ -196,8 +197,6 @@ def _point_id(p: Point) -> str:
 
 
 def _finish(p: Point) -> Point:
-    from dataclasses import replace
-
     named = replace(p, exp_name=_exp_name(p))
     return replace(named, point_id=_point_id(named))
 
@@ -227,55 +226,56 @@ def _check_fits(key: str, tp_path: str, gpus: int, profile: ClusterProfile, runn
         )
 
 
+def _shape(entry: SingleNodeEntry) -> dict[str, Any]:
+    """A single-node entry's parallelism, as Point fields."""
+    return {
+        "tp": entry.tp,
+        "pp": entry.pp,
+        "dcp_size": entry.dcp_size,
+        "pcp_size": entry.pcp_size,
+        "ep": entry.ep or 1,
+        "dp_attn": bool(entry.dp_attn),
+    }
+
+
 def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
     """Every point of one config key, in InferenceX's order."""
     config = masters.configs[key]
-    base = {
-        "config_key": key,
-        "image": config.image,
-        "model": config.model,
-        "model_prefix": config.model_prefix,
-        "precision": config.precision,
-        "framework": config.framework,
-        "runner": config.runner,
-        "multinode": config.multinode,
-        "disagg": config.disagg,
-    }
+    # The fields every point of the key shares; each scenario and entry replaces the rest.
+    base = Point(
+        config_key=key,
+        scenario="fixed-seq-len",
+        image=config.image,
+        model=config.model,
+        model_prefix=config.model_prefix,
+        precision=config.precision,
+        framework=config.framework,
+        runner=config.runner,
+        multinode=config.multinode,
+        disagg=config.disagg,
+        spec_decoding="none",
+        conc=0,
+    )
     points: list[Point] = []
-    scenarios = config.scenarios
+    scenarios: Scenarios[Any, Any] = config.scenarios
     for fsl in scenarios.fixed_seq_len:
         for entry in fsl.search_space:
-            common = dict(
+            common = replace(
                 base,
-                scenario="fixed-seq-len",
                 isl=fsl.isl,
                 osl=fsl.osl,
                 spec_decoding=entry.spec_decoding,
                 router=entry.router or config.router,
                 kv_p2p_transfer=entry.kv_p2p_transfer or config.kv_p2p_transfer,
             )
-            if isinstance(config, MultiNodeConfig):
-                points.append(
-                    _finish(Point(**common, prefill=entry.prefill, decode=entry.decode, conc=tuple(entry.concurrencies())))  # type: ignore[arg-type, union-attr]
-                )
+            if isinstance(entry, MultiNodeEntry):
+                concs = tuple(entry.concurrencies())
+                points.append(_finish(replace(common, prefill=entry.prefill, decode=entry.decode, conc=concs)))
                 continue
             for conc in entry.concurrencies():
-                points.append(
-                    _finish(
-                        Point(
-                            **common,  # type: ignore[arg-type]
-                            conc=conc,
-                            tp=entry.tp,  # type: ignore[union-attr]
-                            pp=entry.pp,  # type: ignore[union-attr]
-                            dcp_size=entry.dcp_size,  # type: ignore[union-attr]
-                            pcp_size=entry.pcp_size,  # type: ignore[union-attr]
-                            ep=entry.ep or 1,  # type: ignore[union-attr]
-                            dp_attn=bool(entry.dp_attn),  # type: ignore[union-attr]
-                        )
-                    )
-                )
+                points.append(_finish(replace(common, conc=conc, **_shape(entry))))
     for index, agentic in enumerate(scenarios.agentic_coding):
-        points.extend(_expand_agentic(key, index, config, agentic, base, masters, clusters))  # type: ignore[arg-type]
+        points.extend(_expand_agentic(key, index, config, agentic, base, masters, clusters))
     return points
 
 
@@ -284,14 +284,14 @@ def _expand_agentic(
     index: int,
     config: MasterConfig,
     agentic: AgenticCoding[Any],
-    base: dict[str, Any],
+    base: Point,
     masters: Masters,
     clusters: Clusters,
 ) -> list[Point]:
     profile = _cluster_for(key, config, masters, clusters)
     points = []
     for entry_index, entry in enumerate(agentic.search_space):
-        common = dict(
+        common = replace(
             base,
             scenario="agentic-coding",
             spec_decoding=entry.spec_decoding,
@@ -303,20 +303,12 @@ def _expand_agentic(
             duration_s=AGENTIC_DURATION_S,
         )
         where = f"scenarios.agentic-coding[{index}].search-space[{entry_index}]"
-        if isinstance(config, SingleNodeConfig):
-            gpus = entry.tp * entry.pp * entry.pcp_size
-            _check_fits(key, f"{where}.tp", gpus, profile, config.runner, masters)
-            shape = dict(
-                tp=entry.tp,
-                pp=entry.pp,
-                dcp_size=entry.dcp_size,
-                pcp_size=entry.pcp_size,
-                ep=entry.ep or 1,
-                dp_attn=bool(entry.dp_attn),
-            )
-            share = gpus
+        if isinstance(entry, SingleNodeEntry):
+            share = entry.tp * entry.pp * entry.pcp_size
+            _check_fits(key, f"{where}.tp", share, profile, config.runner, masters)
+            common = replace(common, **_shape(entry))
         else:
-            shape = dict(prefill=entry.prefill, decode=entry.decode)
+            common = replace(common, prefill=entry.prefill, decode=entry.decode)
             # Multinode budgets follow the prefill worker, at most one whole node.
             share = entry.prefill.tp * entry.prefill.pp * entry.prefill.pcp_size
         budget = 0
@@ -325,7 +317,7 @@ def _expand_agentic(
                 profile.available_cpu_dram_mib, profile.gpus_per_node, agentic.dram_utilization, share
             )
         for conc in entry.concurrencies():
-            points.append(_finish(Point(**common, **shape, conc=conc, total_cpu_dram_gb=budget)))
+            points.append(_finish(replace(common, conc=conc, total_cpu_dram_gb=budget)))
     return points
 
 

@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmx.store.state import read_state
-from slurmx.store.tree import PointDir, SweepDir
 from slurmx.slurm.accounting import JobInfo, Query, query_jobs
 from slurmx.store.ledger import PointRecord, Sweep, read_point, read_sweep
+from slurmx.store.state import read_state
+from slurmx.store.tree import PointDir, SweepDir
 
 # Slurm's terminal states, in the words status shows.
 _SLURM_END = {

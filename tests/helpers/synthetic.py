@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurmx.store import atomic
 from slurmx.results.schema import (
     ComponentMeta,
     Latency,
@@ -28,6 +27,7 @@ from slurmx.results.schema import (
     Throughput,
     TokenStats,
 )
+from slurmx.store import atomic
 
 
 def _stats(p50: float, spread: float = 0.25) -> Stats:
@@ -62,8 +62,11 @@ def make_result(
     gpus = tp
     dep = dp_attn and ep > 1  # data-parallel attention: slower per user at low load, more throughput at high load
     itl_s = 0.008 * (1 + conc / 16) * (1.25 if dep else 1.0) / (1 + conc / 96 if dep else 1.0)
-    tput = tput_per_gpu if tput_per_gpu is not None else (
-        900.0 * conc / (1 + conc / 24) * (0.95 if offload else 1.0) * ((0.8 + conc / 80) if dep else 1.0))
+    tput = (
+        tput_per_gpu
+        if tput_per_gpu is not None
+        else (900.0 * conc / (1 + conc / 24) * (0.95 if offload else 1.0) * ((0.8 + conc / 80) if dep else 1.0))
+    )
     ttft90 = ttft_p90_s if ttft_p90_s is not None else 0.4 * (1 + conc / 8) * (0.6 if offload else 1.0)
     total = tput * gpus
     output = total / 11
@@ -114,7 +117,9 @@ def make_result(
                 output=Rate(tokens_per_second=output),
                 total=Rate(tokens_per_second=total),
                 duration_seconds=1800.0,
-                per_gpu=PerGpu(total_tput_tps=tput, output_tput_tps=output / gpus, input_tput_tps=(total - output) / gpus),
+                per_gpu=PerGpu(
+                    total_tput_tps=tput, output_tput_tps=output / gpus, input_tput_tps=(total - output) / gpus
+                ),
             ),
         ),
         server_metrics=ServerMetrics(

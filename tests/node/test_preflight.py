@@ -59,7 +59,9 @@ def test_l1_in_shared_memory_must_fit_dev_shm(tmp_path: Path) -> None:
 
 def test_missing_model_and_tools_are_named(tmp_path: Path) -> None:
     spec = _spec(NoneSpec(name="none"))
-    assert "model" in (check_tools(spec, _runtime(tmp_path)) or "") and "does not exist" in (check_tools(spec, _runtime(tmp_path)) or "")
+    assert "model" in (check_tools(spec, _runtime(tmp_path)) or "") and "does not exist" in (
+        check_tools(spec, _runtime(tmp_path)) or ""
+    )
     (tmp_path / "tiny-llama").mkdir()
     assert check_tools(spec, _runtime(tmp_path)) is None
     assert "is not an executable" in (check_tools(spec, _runtime(tmp_path, "/nonexistent/python")) or "")

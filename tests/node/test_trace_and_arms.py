@@ -8,23 +8,30 @@ from pathlib import Path
 
 import yaml
 
-from slurmx.process import ServerPorts
 from slurmx.config.load import load_clusters, load_masters
 from slurmx.node.launch import launch_plan
-from slurmx.runtimes import runtime_for
 from slurmx.node.trace import synthetic_trace
 from slurmx.plan import expand
+from slurmx.process import ServerPorts
 from slurmx.recipes.load import load_recipes
 from slurmx.recipes.model import Replay
 from slurmx.recipes.resolve import resolve
+from slurmx.runtimes import runtime_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = ServerPorts(engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888})
 
 
 def test_trace_sessions_share_a_prefix_and_grow_turn_by_turn() -> None:
-    replay = Replay(kind="synthetic", sessions_per_conc=2, turns=3, first_turn_tokens=600, shared_prefix_tokens=512,
-                    turn_delta_tokens=100, block_tokens=128)
+    replay = Replay(
+        kind="synthetic",
+        sessions_per_conc=2,
+        turns=3,
+        first_turn_tokens=600,
+        shared_prefix_tokens=512,
+        turn_delta_tokens=100,
+        block_tokens=128,
+    )
     rows = synthetic_trace(replay, conc=2)
     assert rows == synthetic_trace(replay, conc=2)  # deterministic
     assert len(rows) == 2 * 2 * 3

@@ -15,15 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
-from slurmx import cli
-from slurmx import backends
+from slurmx import backends, cli
 from slurmx.backends import BackendSpec
-from slurmx.process import ServerPorts
 from slurmx.backends import lmcache as lmcache_backend
 from slurmx.config.load import load_clusters, load_masters
 from slurmx.config.master import KvOffloadBackend
 from slurmx.errors import ConfigError
 from slurmx.plan import Point, expand
+from slurmx.process import ServerPorts
 from slurmx.recipes.load import Recipes, arm_flags, load_recipe, load_recipes
 from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS
 from slurmx.recipes.resolve import resolve
@@ -53,7 +52,9 @@ GOOD: dict[str, Any] = {
             "--enable-auto-tool-choice": True,
             "--tool-call-parser": "deepseek_v4",
         },
-        "per-conc": [{"conc-max": 8, "flags": {"--speculative-config": {"method": "mtp", "num_speculative_tokens": 2}}}],
+        "per-conc": [
+            {"conc-max": 8, "flags": {"--speculative-config": {"method": "mtp", "num_speculative_tokens": 2}}}
+        ],
     },
     "arms": {
         "none": {},
@@ -394,7 +395,9 @@ def test_lmcache_connector_config_carries_module_path(seed_points: list[Point], 
 
 def test_lmcache_connector_module_defines_the_connector() -> None:
     """The module path names a real module of the engine venv's LMCache, which defines the class."""
-    found = sorted(ENGINE_VENV_SITE.glob("python3*/site-packages/" + lmcache_backend.CONNECTOR_MODULE.replace(".", "/") + ".py"))
+    found = sorted(
+        ENGINE_VENV_SITE.glob("python3*/site-packages/" + lmcache_backend.CONNECTOR_MODULE.replace(".", "/") + ".py")
+    )
     if not found:
         pytest.skip("no LMCache in the engine venv")
     assert f"class {lmcache_backend.CONNECTOR}" in found[0].read_text()
@@ -411,7 +414,11 @@ def test_seed_points_get_the_dram_derived_sizes(seed_points: list[Point], recipe
         assert point.total_cpu_dram_gb == budgets[point.model_prefix]
         lm = resolve(point, recipes).backend
         # the budget is stored once, on the point; the backend keeps only the sizes derived from it
-        assert (lm.name, point.total_cpu_dram_gb, lm.l1_size_gb) == ("lmcache", budgets[point.model_prefix], expected_l1[point.model_prefix])
+        assert (lm.name, point.total_cpu_dram_gb, lm.l1_size_gb) == (
+            "lmcache",
+            budgets[point.model_prefix],
+            expected_l1[point.model_prefix],
+        )
         simple = resolve(as_arm(point, "vllm-simple"), recipes).backend
         assert simple.cpu_bytes_per_rank == int(point.total_cpu_dram_gb * 1e9 / 8)
         mooncake = resolve(as_arm(point, "mooncake"), recipes).backend

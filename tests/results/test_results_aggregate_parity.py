@@ -25,8 +25,12 @@ META = RunMeta(sweep_id="s1")
 def _record(isl: int, osl: int, ttft_ms: float, e2e_ms: float, itl_ms: float, start_ns: int, end_ns: int,
             phase: str = "profiling", error: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     return {
-        "metadata": {"benchmark_phase": phase, "request_start_ns": start_ns, "request_end_ns": end_ns,
-                     "was_cancelled": False},  # fmt: skip
+        "metadata": {
+            "benchmark_phase": phase,
+            "request_start_ns": start_ns,
+            "request_end_ns": end_ns,
+            "was_cancelled": False,
+        },  # fmt: skip
         "metrics": {
             "input_sequence_length": {"value": isl, "unit": "tokens"},
             "output_sequence_length": {"value": osl, "unit": "tokens"},
@@ -62,7 +66,10 @@ def test_latencies_are_seconds(tmp_path: Path) -> None:
 
 
 def test_interactivity_is_the_inverse_of_the_matching_itl_statistic(tmp_path: Path) -> None:
-    records = [_record(100, 50, 30.0, 1000.0, itl, (i + 1) * 10**9, (i + 2) * 10**9) for i, itl in enumerate((10.0, 20.0, 100.0))]
+    records = [
+        _record(100, 50, 30.0, 1000.0, itl, (i + 1) * 10**9, (i + 2) * 10**9)
+        for i, itl in enumerate((10.0, 20.0, 100.0))
+    ]
     intvty = _build(tmp_path, records).request_metrics.latency.intvty
     assert intvty.p90 == pytest.approx(11.90476)
     assert intvty.p75 == pytest.approx(16.66667)
@@ -95,8 +102,16 @@ def test_warmup_and_errored_records_are_accounted_and_dropped(tmp_path: Path) ->
     records = [
         _record(100, 50, 30.0, 1_000.0, 10.0, 1_000_000_000, 2_000_000_000),
         _record(100, 50, 30.0, 10_000.0, 10.0, 2_000_000_000, 3_000_000_000, phase="warmup"),
-        _record(100, 50, 30.0, 20_000.0, 10.0, 3_000_000_000, 4_000_000_000,
-                error={"type": "HTTPStatusError", "message": "500 server error"}),  # fmt: skip
+        _record(
+            100,
+            50,
+            30.0,
+            20_000.0,
+            10.0,
+            3_000_000_000,
+            4_000_000_000,
+            error={"type": "HTTPStatusError", "message": "500 server error"},
+        ),  # fmt: skip
     ]
     result = _build(tmp_path, records)
     assert (result.num_requests_total, result.num_requests_successful) == (3, 1)
@@ -123,7 +138,10 @@ def test_identity_comes_from_the_inferencex_row(tmp_path: Path) -> None:
              "total-cpu-dram-gb": 1889, "ep": 8, "dp-attn": True}  # fmt: skip
     result = _build(tmp_path, FIVE, point)
     assert (result.hw, result.conc, result.infmax_model_prefix) == ("b200-x4", 8, "test/prefix")
-    assert result.kv_offload_backend is not None and result.kv_offload_backend.model_dump() == {"name": "lmcache", "version": "0.5.6"}
+    assert result.kv_offload_backend is not None and result.kv_offload_backend.model_dump() == {
+        "name": "lmcache",
+        "version": "0.5.6",
+    }
     assert (result.allocated_cpu_dram_gb, result.ep, result.dp_attention) == (1889, 8, "true")
     assert len(result.recipe_fingerprint) == 64
     conc16 = _build(tmp_path, FIVE, {**point, "conc": 16, "exp-name": "other", "point-id": "ffffffffffff"})

@@ -29,7 +29,9 @@ META = RunMeta(sweep_id="20261130-1637", attempt=1, slurm_job_id="12_0", node="n
 WINDOW = ReplayWindow(started_at=1796056640.0, ended_at=1796056661.0)
 
 
-def _build(artifacts: Path, before: str | None = None, after: str | None = None, engine_log: Path | None = None) -> Result:
+def _build(
+    artifacts: Path, before: str | None = None, after: str | None = None, engine_log: Path | None = None
+) -> Result:
     window = ReplayWindow(WINDOW.started_at, WINDOW.ended_at, before, after)
     return build_result(point_from_row(POINT), artifacts, run=META, window=window, engine_log=engine_log)
 
@@ -88,7 +90,10 @@ def test_itl_drops_the_single_chunk_request(result: Result, records: list[dict[s
 
 
 def test_e2e_normalized_interactivity_by_hand(result: Result, records: list[dict[str, Any]]) -> None:
-    per_token = [e2e / 1000 / osl for e2e, osl in zip(_metric(records, "request_latency"), _metric(records, "output_sequence_length"))]
+    per_token = [
+        e2e / 1000 / osl
+        for e2e, osl in zip(_metric(records, "request_latency"), _metric(records, "output_sequence_length"))
+    ]
     metric = result.request_metrics.latency.e2e_norm_intvty
     assert metric.mean == pytest.approx(1 / statistics.fmean(per_token))
     assert metric.p50 == pytest.approx(1 / statistics.median(per_token))
@@ -129,7 +134,11 @@ def test_identity_and_slurmx_block(result: Result) -> None:
     assert (result.hw, result.conc, result.allocated_cpu_dram_gb, result.num_gpus) == ("cluster:local", 2, 1, 1)
     meta = result.slurmx
     assert meta is not None
-    assert (meta.point_id, meta.config_key, meta.exp_name) == ("5a3c0ffee123", "tiny-cpu-vllm-agentic-lmcache", "tiny_tp1_conc2_kvdram-lmcache")
+    assert (meta.point_id, meta.config_key, meta.exp_name) == (
+        "5a3c0ffee123",
+        "tiny-cpu-vllm-agentic-lmcache",
+        "tiny_tp1_conc2_kvdram-lmcache",
+    )
     assert (meta.aiperf_version, meta.was_cancelled, meta.slurm_job_id) == ("0.13.0", False, "12_0")
 
 
@@ -171,7 +180,13 @@ def test_cache_hit_rates_from_engine_scrapes_before_and_after(tmp_path: Path) ->
     assert cache.overall_cache_hit_rate == pytest.approx(1280 / 1514)
     assert (cache.external_prefix_cache_hits, cache.external_prefix_cache_queries) == (1280.0, 1514.0)
     assert (cache.prefix_cache_hits, cache.prefix_cache_queries) == (0.0, 1514.0)
-    assert cache.cached_tokens_by_source == {"device": 0.0, "host": 0.0, "p2p": 0.0, "disk": 0.0, "external_unspecified": 1280.0}
+    assert cache.cached_tokens_by_source == {
+        "device": 0.0,
+        "host": 0.0,
+        "p2p": 0.0,
+        "disk": 0.0,
+        "external_unspecified": 1280.0,
+    }
     assert scraped.server_metrics.tokens.prompt_total == 1514
     assert scraped.server_metrics.tokens.generation_total == 8
     assert scraped.server_metrics.kv_cache.gpu_usage_pct == pytest.approx(0.0009766817238432424)  # aiperf's window max

@@ -51,7 +51,9 @@ def tree(tmp_path: Path) -> Path:
     write_result(points / "errors" / "result.json", _r("errors", conc=64, requests=50, errors=50))
     (points / "running").mkdir()  # a point without result.json yet is not a file to report
     # the same point run again in a later sweep: the newer result wins
-    write_sweep(root, KEY, "s2", [_r("tp8none8", sweep="s2", conc=8, tput_per_gpu=1500.0, ttft_p90_s=3.0, ended_at=2000.0)])
+    write_sweep(
+        root, KEY, "s2", [_r("tp8none8", sweep="s2", conc=8, tput_per_gpu=1500.0, ttft_p90_s=3.0, ended_at=2000.0)]
+    )
     return root
 
 

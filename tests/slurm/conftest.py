@@ -42,10 +42,18 @@ hardware:
 """
 
 # What each concurrency does: 1 succeeds, 2 fails, anything else runs until stopped.
-BEHAVIOUR = 'case "$SLURMX_CONC" in 1) echo ok; exit 0;; 2) echo "boom: bad input" >&2; exit 3;; *) exec sleep 600;; esac'
+BEHAVIOUR = (
+    'case "$SLURMX_CONC" in 1) echo ok; exit 0;; 2) echo "boom: bad input" >&2; exit 3;; *) exec sleep 600;; esac'
+)
 
 
-def master(key: str, tp: int, concs: list[int], runner: str = "cluster:local") -> str:
+def master(key: str, tp: int | dict[int, list[int]], concs: list[int], runner: str = "cluster:local") -> str:
+    """One search-space entry per tensor-parallel size (`tp` as {tp: concs} mixes sizes in one key)."""
+    by_tp = tp if isinstance(tp, dict) else {tp: concs}
+    entries = "".join(
+        f"      - {{ tp: {size}, kv-offloading: none, conc-list: {json.dumps(sizes)} }}\n"
+        for size, sizes in by_tp.items()
+    )
     return f"""\
 {key}:
   image: local
@@ -58,8 +66,7 @@ def master(key: str, tp: int, concs: list[int], runner: str = "cluster:local") -
   scenarios:
     agentic-coding:
     - search-space:
-      - {{ tp: {tp}, kv-offloading: none, conc-list: {json.dumps(concs)} }}
-"""
+{entries}"""
 
 
 def slurm_ready() -> bool:
@@ -91,7 +98,9 @@ class SlurmEnv:
     def write_clusters(self, time_limit: int, command: str = BEHAVIOUR) -> None:
         (self.configs / "clusters.yaml").write_text(CLUSTERS.format(time_limit=time_limit, command=json.dumps(command)))
 
-    def add_key(self, key: str, tp: int, concs: list[int], runner: str = "cluster:local") -> None:
+    def add_key(
+        self, key: str, tp: int | dict[int, list[int]], concs: list[int], runner: str = "cluster:local"
+    ) -> None:
         (self.configs / f"{key}-master.yaml").write_text(master(key, tp, concs, runner))
 
     def args(self, key: str | None = None) -> list[str]:
@@ -119,7 +128,9 @@ class SlurmEnv:
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)  # type: ignore[no-any-return]
 
-    def wait_for(self, predicate: Callable[[dict[str, dict[str, Any]]], bool], target: str, timeout_s: float = 180) -> dict[str, dict[str, Any]]:
+    def wait_for(
+        self, predicate: Callable[[dict[str, dict[str, Any]]], bool], target: str, timeout_s: float = 180
+    ) -> dict[str, dict[str, Any]]:
         """Poll status until `predicate(by_conc)` holds; by_conc maps conc -> point status."""
         deadline = time.monotonic() + timeout_s
         last: dict[str, dict[str, Any]] = {}

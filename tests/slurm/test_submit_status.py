@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -46,9 +46,13 @@ def test_states_from_a_fresh_process_and_safe_resubmit(slurm_env: SlurmEnv) -> N
     slurm_env.add_key("states", tp=8, concs=[1, 2, 3, 4, 5])
     slurm_env.submit("states")
     status = slurm_env.wait_for(
-        lambda s: s["1"]["state"] == "completed" and s["2"]["state"] == "failed"
-        and (s["3"]["state"], s["3"]["stage"]) == ("running", "replay") and (s["4"]["state"], s["4"]["stage"]) == ("running", "replay")
-        and s["5"]["state"] == "pending",
+        lambda s: (
+            s["1"]["state"] == "completed"
+            and s["2"]["state"] == "failed"
+            and (s["3"]["state"], s["3"]["stage"]) == ("running", "replay")
+            and (s["4"]["state"], s["4"]["stage"]) == ("running", "replay")
+            and s["5"]["state"] == "pending"
+        ),
         "states",
     )
     failed = status["2"]
@@ -67,7 +71,8 @@ def test_states_from_a_fresh_process_and_safe_resubmit(slurm_env: SlurmEnv) -> N
     code, out, _ = slurm_env.slurmx("cancel", status["3"]["point_id"], "--results", str(slurm_env.results))
     assert code == 0 and "cancelled 1 job" in out
     status = slurm_env.wait_for(
-        lambda s: s["3"]["stage"] == "cancelled" and s["3"]["state"] == "cancelled" and s["5"]["state"] == "running", "states"
+        lambda s: s["3"]["stage"] == "cancelled" and s["3"]["state"] == "cancelled" and s["5"]["state"] == "running",
+        "states",
     )
     assert "SIGTERM" in (status["3"]["reason"] or "")
 
@@ -87,7 +92,9 @@ def test_states_from_a_fresh_process_and_safe_resubmit(slurm_env: SlurmEnv) -> N
 
     code, _, _ = slurm_env.slurmx("cancel", "states", "--results", str(slurm_env.results))
     assert code == 0
-    status = slurm_env.wait_for(lambda s: all(p["state"] in ("completed", "failed", "cancelled") for p in s.values()), "states")
+    status = slurm_env.wait_for(
+        lambda s: all(p["state"] in ("completed", "failed", "cancelled") for p in s.values()), "states"
+    )
     assert {status[c]["state"] for c in ("3", "4", "5")} == {"cancelled"}
 
     code, out, _ = slurm_env.slurmx("logs", status["2"]["point_id"], "--results", str(slurm_env.results))
@@ -99,14 +106,26 @@ def test_time_limit_is_reported_as_timeout(slurm_env: SlurmEnv) -> None:
     slurm_env.write_clusters(time_limit=2)
     slurm_env.add_key("slow", tp=1, concs=[7])
     slurm_env.submit("slow")
-    status = slurm_env.wait_for(lambda s: s["7"]["state"] == "timeout" and s["7"]["stage"] == "cancelled", "slow", timeout_s=300)
+    status = slurm_env.wait_for(
+        lambda s: s["7"]["state"] == "timeout" and s["7"]["stage"] == "cancelled", "slow", timeout_s=300
+    )
     # SIGUSR2 normally; Slurm's own SIGTERM at the limit if its once-a-minute check comes late.
     assert status["7"]["reason"] in ("time limit near (SIGUSR2)", "interrupted by SIGTERM")
 
 
 def test_two_concurrent_submits_make_one_set_of_jobs(slurm_env: SlurmEnv) -> None:
     slurm_env.add_key("twice", tp=1, concs=[3, 4])
-    argv = [sys.executable, "-m", "slurmx", "submit", "twice", "--json", "--results", str(slurm_env.results), *slurm_env.args("twice")]
+    argv = [
+        sys.executable,
+        "-m",
+        "slurmx",
+        "submit",
+        "twice",
+        "--json",
+        "--results",
+        str(slurm_env.results),
+        *slurm_env.args("twice"),
+    ]
     outputs: list[str] = []
 
     def submit() -> None:
@@ -138,7 +157,9 @@ def test_gres_count_no_node_has_is_refused_before_sbatch(slurm_env: SlurmEnv) ->
 
 def test_dry_run_prints_sbatch_and_submits_nothing(slurm_env: SlurmEnv) -> None:
     slurm_env.add_key("dry", tp=2, concs=[1, 2])
-    code, out, _ = slurm_env.slurmx("submit", "dry", "--dry-run", "--results", str(slurm_env.results), *slurm_env.args("dry"))
+    code, out, _ = slurm_env.slurmx(
+        "submit", "dry", "--dry-run", "--results", str(slurm_env.results), *slurm_env.args("dry")
+    )
     assert code == 0
     assert "#SBATCH --gres=gpu:b300:2" in out
     assert re.search(r"#SBATCH --array=0-1%\d+", out)
@@ -153,7 +174,9 @@ def test_status_falls_back_to_squeue_when_accounting_is_down(slurm_env: SlurmEnv
     shim = tmp_path / "bin"
     shim.mkdir()
     sacct = shim / "sacct"
-    sacct.write_text("#!/bin/sh\necho 'sacct: error: Problem talking to the database: Connection refused' >&2\nexit 1\n")
+    sacct.write_text(
+        "#!/bin/sh\necho 'sacct: error: Problem talking to the database: Connection refused' >&2\nexit 1\n"
+    )
     sacct.chmod(0o755)
     env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
     argv = [sys.executable, "-m", "slurmx", "status", "noacct", "--results", str(slurm_env.results)]
@@ -167,3 +190,42 @@ def test_status_falls_back_to_squeue_when_accounting_is_down(slurm_env: SlurmEnv
     assert point["state"] == "running" and point["stage"] == "replay"
     table = subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
     assert "states from squeue" in table
+
+
+def test_a_key_mixing_gpu_counts_gets_one_array_per_request(slurm_env: SlurmEnv) -> None:
+    # Concurrency 1 succeeds at once; 3 and 4 keep running until cancelled, so scontrol still knows them.
+    slurm_env.add_key("mixed", tp={1: [1, 3], 2: [4]}, concs=[])
+    code, dry, _ = slurm_env.slurmx(
+        "submit", "mixed", "--dry-run", "--results", str(slurm_env.results), *slurm_env.args("mixed")
+    )
+    assert code == 0
+    assert dry.count("#SBATCH --gres=gpu:b300:1") == 1 and dry.count("#SBATCH --gres=gpu:b300:2") == 1
+    assert re.search(r"#SBATCH --array=0-1%\d+", dry) and re.search(r"#SBATCH --array=0-0%\d+", dry)
+    code, rendered, _ = slurm_env.slurmx(
+        "render", "mixed", "--results", str(slurm_env.results), *slurm_env.args("mixed")
+    )
+    assert code == 0
+    scripts = [block for block in rendered.split("# sbatch script")[1:]]
+    assert [re.findall(r"#SBATCH --(?:gres|array)=\S+", s) for s in scripts] == [
+        re.findall(r"#SBATCH --(?:gres|array)=\S+", s) for s in dry.split("sbatch script for mixed")[1:]
+    ]
+
+    report = slurm_env.submit("mixed")[0]
+    try:
+        assert report["sbatch-calls"] == 2
+        gres = {}
+        for array in report["arrays"]:
+            text = _scontrol(array["array-job-id"])
+            asked = re.search(r"TresPerNode=(?:gres:)?gpu:b300:(\d+)", text)
+            assert asked, text
+            gres[array["tasks"]] = int(asked.group(1))
+        assert gres == {2: 1, 1: 2}  # two 1-GPU points in one array, the 2-GPU point in another
+        status = slurm_env.wait_for(lambda s: s["1"]["state"] == "completed" and s["4"]["state"] == "running", "mixed")
+        assert status["4"]["stage"] in ("replay", "preflight")
+        sweep = next(ResultsTree(slurm_env.results).sweeps("mixed"))
+        assert [s.request for s in read_sweep(sweep).submissions] == [
+            "local gpu:b300:1 -C b300 mem=1G 5m",
+            "local gpu:b300:2 -C b300 mem=1G 5m",
+        ]
+    finally:
+        slurm_env.slurmx("cancel", "mixed", "--results", str(slurm_env.results))

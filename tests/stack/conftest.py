@@ -98,10 +98,26 @@ class StackEnv:
             if backend == "none":
                 entries.append({"tp": 1, "kv-offloading": "none", "conc-list": concs})
             else:
-                entries.append({"tp": 1, "kv-offloading": "dram", "kv-offload-backend": {"name": backend, "version": "0.5.6"}, "conc-list": concs})
-        doc = {name: {"image": "local-venv", "model": "local/tiny-llama", "model-prefix": "tiny", "runner": "cluster:local",
-                      "precision": "fp32", "framework": "vllm", "multinode": False,
-                      "scenarios": {"agentic-coding": [{"dram-utilization": 1.0, "search-space": entries}]}}}
+                entries.append(
+                    {
+                        "tp": 1,
+                        "kv-offloading": "dram",
+                        "kv-offload-backend": {"name": backend, "version": "0.5.6"},
+                        "conc-list": concs,
+                    }
+                )
+        doc = {
+            name: {
+                "image": "local-venv",
+                "model": "local/tiny-llama",
+                "model-prefix": "tiny",
+                "runner": "cluster:local",
+                "precision": "fp32",
+                "framework": "vllm",
+                "multinode": False,
+                "scenarios": {"agentic-coding": [{"dram-utilization": 1.0, "search-space": entries}]},
+            }
+        }
         (self.configs / f"{name}-master.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def slurmx(self, *argv: str) -> tuple[int, str, str]:
@@ -119,19 +135,33 @@ class StackEnv:
         return code, out, err
 
     def submit(self, key: str) -> dict[str, Any]:
-        code, out, err = self.slurmx("submit", key, "--json", "--results", str(self.results),
-                                     "--config", str(self.configs / f"{key}-master.yaml"),
-                                     "--clusters", str(self.configs / "clusters.yaml"))
+        code, out, err = self.slurmx(
+            "submit",
+            key,
+            "--json",
+            "--results",
+            str(self.results),
+            "--config",
+            str(self.configs / f"{key}-master.yaml"),
+            "--clusters",
+            str(self.configs / "clusters.yaml"),
+        )
         assert code == 0, err
         return json.loads(out)[0]  # type: ignore[no-any-return]
 
     def status(self, key: str) -> list[dict[str, Any]]:
-        proc = subprocess.run([sys.executable, "-m", "slurmx", "status", key, "--json", "--results", str(self.results)],
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "slurmx", "status", key, "--json", "--results", str(self.results)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)  # type: ignore[no-any-return]
 
-    def wait_for(self, key: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 420) -> list[dict[str, Any]]:
+    def wait_for(
+        self, key: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 420
+    ) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout_s
         last: list[dict[str, Any]] = []
         while time.monotonic() < deadline:

@@ -26,7 +26,9 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
     shutil.copy(ROOT / "configs/local-master.yaml", stack_env.configs / f"{KEY}-master.yaml")
     report = stack_env.submit(KEY)
     assert report["sbatch-calls"] == 1
-    status = stack_env.wait_for(KEY, lambda s: all(p["state"] in ("completed", "failed", "cancelled", "timeout") for p in s))
+    status = stack_env.wait_for(
+        KEY, lambda s: all(p["state"] in ("completed", "failed", "cancelled", "timeout") for p in s)
+    )
     assert [p["state"] for p in status] == ["completed"] * 4, json.dumps(status, indent=1)
 
     sweep = Path(report["sweep-path"])

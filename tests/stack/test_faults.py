@@ -30,7 +30,8 @@ def _stage(env: StackEnv, key: str, stage: str) -> dict[str, Any]:
 def _ended(env: StackEnv, key: str) -> dict[str, Any]:
     # Slurm reports the end at once; the body records its reason a moment later.
     return env.wait_for(
-        key, lambda s: s[0]["state"] not in ("pending", "running") and s[0]["stage"] in ("done", "failed", "cancelled"),
+        key,
+        lambda s: s[0]["state"] not in ("pending", "running") and s[0]["stage"] in ("done", "failed", "cancelled"),
         timeout_s=180,
     )[0]
 

@@ -22,9 +22,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from slurmx import paths
-from slurmx.store import atomic
 from slurmx.errors import UserError
 from slurmx.results import collect as col
+from slurmx.store import atomic
 from slurmx.store.targets import find_sweeps
 from slurmx.store.tree import ResultsTree
 
@@ -43,7 +43,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "targets", nargs="*", metavar="KEY|SWEEP", help="config keys, sweep ids or KEY/SWEEP (default: all)"
     )
-    parser.add_argument("--results", type=Path, metavar="DIR", help="results root (default: ./results or $SLURMX_RESULTS)")
+    parser.add_argument(
+        "--results", type=Path, metavar="DIR", help="results root (default: ./results or $SLURMX_RESULTS)"
+    )
     parser.add_argument("--json", action="store_true", help="print rows and skipped files as JSON")
     parser.add_argument("--csv", type=Path, metavar="PATH", help="also write every row to one CSV file")
     parser.add_argument(

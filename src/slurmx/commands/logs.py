@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from slurmx import paths
-from slurmx.store.targets import resolve
 from slurmx.errors import UserError
 from slurmx.store.state import read_state
+from slurmx.store.targets import resolve
 from slurmx.store.tree import PointDir, ResultsTree, SweepDir
 
 

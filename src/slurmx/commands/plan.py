@@ -60,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_points(args, args.keys, args.all)
     recipes = check_recipes(loaded)
     if args.json:
-        json.dump([point_json(p, loaded) | {"recipe": recipes.get(p.point_id)} for p in loaded.points], sys.stdout, indent=1)
+        json.dump(
+            [point_json(p, loaded) | {"recipe": recipes.get(p.point_id)} for p in loaded.points], sys.stdout, indent=1
+        )
         sys.stdout.write("\n")
         return 0
     console = Console(width=None if sys.stdout.isatty() else 200)

@@ -10,11 +10,13 @@ import argparse
 import shlex
 from pathlib import Path
 
+from slurmx import backends
 from slurmx.commands.common import add_config_options, load_points
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node.launch import launch_plan, replay_process
 from slurmx.process import Process, ServerPorts
+from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
 from slurmx.slurm.sbatch import render_sbatch
 from slurmx.store.tree import ResultsTree
@@ -22,10 +24,9 @@ from slurmx.submit import sweep_dir
 from slurmx.submit.arrays import array_plans
 from slurmx.submit.resolved import Resolved, resolve_points
 
-# InferenceX's fixed ports, so rendered commands read like the scripts they replace.
-REVIEW_PORTS = ServerPorts(
-    engine=8888, engine_behind_router=8889, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888}
-)
+# InferenceX's fixed ports, so rendered commands read like the scripts they replace; other backends'
+# ports count on from 23888.
+REVIEW_PORTS = {"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888}
 POINT_DIR = Path("$POINT_DIR")
 
 
@@ -33,7 +34,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("render", help="print the exact commands each point would run", description=__doc__)
     parser.add_argument("key", metavar="KEY")
     parser.add_argument("--point", metavar="ID", help="only this point id")
-    parser.add_argument("--results", type=Path, metavar="DIR", default=Path("results"), help="results root named in the sbatch script")
+    parser.add_argument(
+        "--results", type=Path, metavar="DIR", default=Path("results"), help="results root named in the sbatch script"
+    )
     add_config_options(parser)
     parser.set_defaults(func=run)
 
@@ -47,20 +50,29 @@ def _process_text(process: Process) -> str:
     return "\n".join(lines)
 
 
+def review_ports(spec: ServingSpec) -> ServerPorts:
+    names = backends.get(spec.backend.name).port_names
+    named = {name: REVIEW_PORTS.get(name, 23888 + 1000 * i) for i, name in enumerate(names)}
+    return ServerPorts(engine=8888, engine_behind_router=8889, named=named)
+
+
 def render_point(item: Resolved) -> str:
     point, spec = item.point, item.serving
     header = f"# point {point.point_id} {point.exp_name} ({point.parallelism}, {point.backend_name}, conc {point.conc})"
     if spec is None:
         return f"{header}\n# runtime kind command: {shlex.join(item.profile.runtime.command or []) if item.profile.runtime else ''}\n"
     runtime = runtime_for(item.profile, point.image)
-    plan = launch_plan(spec, REVIEW_PORTS, runtime)
+    ports = review_ports(spec)
+    plan = launch_plan(spec, ports, runtime)
     trace = POINT_DIR / "trace.jsonl" if spec.replay.kind == "synthetic" else None
-    replay = replay_process(spec, REVIEW_PORTS, runtime, POINT_DIR / "aiperf", trace, 0)
+    replay = replay_process(spec, ports, runtime, POINT_DIR / "aiperf", trace, 0)
     return "\n\n".join([header, *(_process_text(p) for p in plan.servers), _process_text(replay)]) + "\n"
 
 
 def render_key(key: str, inputs: Inputs, results: Path, only: str | None = None) -> str:
-    resolved = [r for r in resolve_points(inputs.key_points(key), inputs) if only is None or r.point.point_id.startswith(only)]
+    resolved = [
+        r for r in resolve_points(inputs.key_points(key), inputs) if only is None or r.point.point_id.startswith(only)
+    ]
     if not resolved:
         raise UserError(f"no point {only!r} in {key}")
     sweep = sweep_dir(ResultsTree(results), key, inputs)

@@ -14,12 +14,21 @@ from rich.table import Table
 from rich.text import Text
 
 from slurmx import paths
+from slurmx.status import SweepStatus, sweep_statuses
 from slurmx.store.targets import resolve
 from slurmx.store.tree import ResultsTree, SweepDir
-from slurmx.status import SweepStatus, sweep_statuses
 
-_STYLE = {"completed": "green", "running": "cyan", "pending": "yellow", "failed": "red", "timeout": "red",
-          "cancelled": "magenta", "node failure": "red", "preempted": "magenta", "out of memory": "red"}
+_STYLE = {
+    "completed": "green",
+    "running": "cyan",
+    "pending": "yellow",
+    "failed": "red",
+    "timeout": "red",
+    "cancelled": "magenta",
+    "node failure": "red",
+    "preempted": "magenta",
+    "out of memory": "red",
+}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,12 +62,26 @@ def render(statuses: list[SweepStatus], source: str) -> Group:
             state = Text(p.state, style=_STYLE.get(p.state, ""))
             if p.state == "pending" and p.reason:
                 state.append(f" ({p.reason})", style="dim")
-            table.add_row(p.point_id, p.parallelism, p.backend, str(p.conc), state, p.stage or "-", p.node or "-",
-                          _fmt_elapsed(p.elapsed_s), str(p.attempt or "-"), p.job_id or "-")
+            table.add_row(
+                p.point_id,
+                p.parallelism,
+                p.backend,
+                str(p.conc),
+                state,
+                p.stage or "-",
+                p.node or "-",
+                _fmt_elapsed(p.elapsed_s),
+                str(p.attempt or "-"),
+                p.job_id or "-",
+            )
         parts.append(table)
         for p in sweep.points:
-            if p.state in ("failed", "timeout", "node failure", "out of memory", "cancelled", "preempted") and (p.reason or p.log_tail):
-                text = Text(f"{p.point_id} {p.state}: {p.reason or 'no reason recorded'}\n", style=_STYLE.get(p.state, ""))
+            if p.state in ("failed", "timeout", "node failure", "out of memory", "cancelled", "preempted") and (
+                p.reason or p.log_tail
+            ):
+                text = Text(
+                    f"{p.point_id} {p.state}: {p.reason or 'no reason recorded'}\n", style=_STYLE.get(p.state, "")
+                )
                 if p.log:
                     text.append(f"  last lines of {p.log}:\n", style="dim")
                     text.append("".join(f"    {line}\n" for line in p.log_tail), style="dim")

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     mode = Mode(force=args.force, only_failed=args.only_failed)
     reports = [
         submit_key(key, inputs, tree, mode, dry_run=args.dry_run, max_parallel=args.max_parallel)
-        for key in inputs.keys()
+        for key in inputs.config_keys()
     ]
     if args.json:
         json.dump([r.to_json() for r in reports], sys.stdout, indent=1)

@@ -6,7 +6,7 @@ and slurmx adds optional `slurm:` and `runtime:` sections per label.
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 

@@ -87,9 +87,7 @@ def _message(error: Any, model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     return message
 
 
-def validate(
-    model: type[M], root: Any, path: Path, index: LineIndex, prefix: tuple[Any, ...] = ()
-) -> M:
+def validate(model: type[M], root: Any, path: Path, index: LineIndex, prefix: tuple[Any, ...] = ()) -> M:
     """Validate `root[prefix]` as `model`, turning the first error into a located ConfigError."""
     data = root
     for part in prefix:
@@ -120,8 +118,10 @@ def load_masters(paths: list[Path]) -> Masters:
                 raise ConfigError(path, key_line, str(key), f"config key also defined at {first.path}:{first.line}")
             if not isinstance(body, dict):
                 raise ConfigError(path, key_line, str(key), "a config key must hold a mapping")
-            model: type[BaseModel] = MultiNodeConfig if body.get("multinode") is True else SingleNodeConfig
-            configs[key] = validate(model, data, path, index, (key,))  # type: ignore[assignment]
+            if body.get("multinode") is True:
+                configs[key] = validate(MultiNodeConfig, data, path, index, (key,))
+            else:
+                configs[key] = validate(SingleNodeConfig, data, path, index, (key,))
             sources[key] = ConfigSource(path, key_line)
     return Masters(configs, sources, list(paths))
 

@@ -71,9 +71,7 @@ class _KvOffload(_Model):
     @model_validator(mode="after")
     def _backend_needs_offloading(self) -> Self:
         if self.kv_offloading == "none" and self.kv_offload_backend is not None:
-            raise ValueError(
-                f"kv-offload-backend {self.kv_offload_backend.name} is set but kv-offloading is none"
-            )
+            raise ValueError(f"kv-offload-backend {self.kv_offload_backend.name} is set but kv-offloading is none")
         return self
 
 

@@ -38,7 +38,7 @@ def load_yaml(path: Path) -> tuple[Any, LineIndex]:
     """Parse `path`; a syntax error or a duplicate key is a ConfigError with its line."""
     index = LineIndex()
 
-    class Loader(_BaseLoader):  # type: ignore[misc]
+    class Loader(_BaseLoader):  # type: ignore[misc]  # the base is chosen at run time (C or Python loader)
         pass
 
     def construct_mapping(loader: Any, node: yaml.MappingNode) -> dict[Any, Any]:

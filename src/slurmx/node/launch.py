@@ -67,7 +67,9 @@ def launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> Laun
         argv = [*router.launcher, "--host", "127.0.0.1", "--port", str(ports.engine),
                 "--worker-urls", loopback(ports.engine_behind_router), *router.flags]  # fmt: skip
         health = f"{plan.engine_url}{router.health_path}"
-        plan.servers.append(Process(ROUTER, runtime.wrap(argv, ROUTER), dict(COMMON_ENV), health, router.startup_timeout_s))
+        plan.servers.append(
+            Process(ROUTER, runtime.wrap(argv, ROUTER), dict(COMMON_ENV), health, router.startup_timeout_s)
+        )
     return plan
 
 

@@ -47,7 +47,13 @@ def production_argv(
 
 
 def synthetic_argv(
-    aiperf: str, spec: ServingSpec, url: str, artifact_dir: Path, trace: Path, turns: int, tokenizer: str,
+    aiperf: str,
+    spec: ServingSpec,
+    url: str,
+    artifact_dir: Path,
+    trace: Path,
+    turns: int,
+    tokenizer: str,
     extra_metrics_urls: list[str],
 ) -> list[str]:
     """Replay of a local mooncake_trace file; every turn is sent (--request-count = turns)."""

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from slurmx import backends, engines
-from slurmx.node import http
+from slurmx.node import loopback
 from slurmx.node.launch import LaunchPlan, choose_ports, engine_direct_url, launch_plan, ports_needed, replay_process
 from slurmx.node.ports import free_ports
 from slurmx.node.preflight import preflight
@@ -90,9 +90,9 @@ def reset_caches(servers: Servers) -> None:
     """Cold caches for each concurrency on a shared server: the engine's prefix cache, then the tier's."""
     spec = servers.spec
     path = engines.get(spec.engine).cache_reset_path()
-    engine_ok = path is None or http.post_ok(f"{servers.engine_direct_url}{path}")
+    engine_ok = path is None or loopback.post_ok(f"{servers.engine_direct_url}{path}")
     for url in backends.get(spec.backend.name).cache_reset_urls(spec.backend, servers.ports):
-        http.post_ok(url)
+        loopback.post_ok(url)
     if not engine_ok:
         raise PointFailed("could not reset the engine's prefix cache between points (set VLLM_SERVER_DEV_MODE=1)")
 
@@ -116,7 +116,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
         write_trace(trace, rows)
     process = replay_process(spec, servers.ports, runtime, artifacts, trace, turns)
     metrics_url = servers.engine_direct_url + engines.get(spec.engine).metrics_path
-    before = http.get_text(metrics_url)
+    before = loopback.get_text(metrics_url)
     started = time.time()
     with Supervisor(member.point.path, f"{member.record.point_id}-replay", grace_s=4.0) as replay_sup:
         managed = replay_sup.start("replay", process.argv, process.env, base_env=dict(os.environ))
@@ -129,7 +129,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
         code = replay_sup.poll(managed)
     ended = time.time()
     check_servers(servers, replay_sup, "during the replay")
-    after = http.get_text(metrics_url)
+    after = loopback.get_text(metrics_url)
     if code != 0:
         tail = (managed.log_tail(3).strip().splitlines() or ["no output"])[-1]
         raise PointFailed(f"aiperf exited with code {code}: {tail}")
@@ -141,7 +141,9 @@ def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
     engine_log = next((p.log_path for p in servers.processes if p.name == "engine"), None)
     try:
         state = member.recorder.state
-        run = RunMeta(sweep_id=member.record.sweep_id, attempt=state.attempt, slurm_job_id=state.job_id, node=state.node)
+        run = RunMeta(
+            sweep_id=member.record.sweep_id, attempt=state.attempt, slurm_job_id=state.job_id, node=state.node
+        )
         result = build_result(member.record.point, member.point.aiperf, run=run, window=window, engine_log=engine_log)
     except ArtifactError as exc:
         raise PointFailed(f"replay artifacts unusable: {exc}") from exc

@@ -24,11 +24,11 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from slurmx.store import atomic
-from slurmx.node import http, procscan
+from slurmx.node import loopback, procscan
 from slurmx.node.ports import free_port, free_ports
 from slurmx.node.procscan import MARKER_ENV, ProcInfo, kill_survivors
 from slurmx.node.redact import redact_argv, redact_env
+from slurmx.store import atomic
 
 __all__ = [
     "HANDLED_SIGNALS",
@@ -203,9 +203,9 @@ def render_command(name: str, argv: Sequence[str], env_delta: Mapping[str, str],
 def probe(url: str, timeout_s: float, expect: Callable[[bytes], bool] | None = None) -> tuple[bool, str]:
     """One GET: (ready, what happened). Ready means a 2xx whose body satisfies `expect`."""
     try:
-        status, body = http.request(url, timeout_s=timeout_s, max_bytes=1 << 20)
+        status, body = loopback.request(url, timeout_s=timeout_s, max_bytes=1 << 20)
     except (OSError, http_client.HTTPException) as exc:
-        return False, http.probe_error(exc)
+        return False, loopback.probe_error(exc)
     if not 200 <= status < 300:
         return False, f"HTTP {status}"
     if expect is not None and not expect(body):
@@ -392,7 +392,7 @@ class Supervisor:
         expect: Callable[[bytes], bool] | None = None,
     ) -> None:
         """Poll a loopback health URL until ready; fail at once if the process exits meanwhile."""
-        http.require_loopback(url)  # health checks never leave the node
+        loopback.require_loopback(url)  # health checks never leave the node
         started = time.monotonic()
         deadline = started + timeout_s
         last = "no probe yet"

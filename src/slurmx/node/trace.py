@@ -11,8 +11,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from slurmx.store import atomic
 from slurmx.recipes.model import Replay
+from slurmx.store import atomic
 
 
 def synthetic_trace(replay: Replay, conc: int) -> list[dict[str, Any]]:

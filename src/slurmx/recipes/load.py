@@ -41,11 +41,15 @@ def _check(file: RecipeFile) -> None:
     base = recipe.engine.flags
     _check_computed(file, engine.computed_flags)
     if "--block-size" in base and base["--block-size"] != recipe.engine.block_size:
-        raise file.error(("engine", "flags", "--block-size"), f"differs from engine block-size {recipe.engine.block_size}")
+        raise file.error(
+            ("engine", "flags", "--block-size"), f"differs from engine block-size {recipe.engine.block_size}"
+        )
     if recipe.scenario == "agentic-coding":
         for flag in TOOL_CALL_FLAGS:
             if flag not in base:
-                raise file.error(("engine", "flags"), f"agentic recipe lacks {flag}: tool-call requests would get HTTP 400")
+                raise file.error(
+                    ("engine", "flags"), f"agentic recipe lacks {flag}: tool-call requests would get HTTP 400"
+                )
     for rule_index, rule in enumerate(recipe.engine.per_conc):
         for name in rule.flags:
             if name in base:
@@ -73,7 +77,9 @@ def _check(file: RecipeFile) -> None:
                 raise file.error((*where, "add", name), f"{name} is a base flag: list it under remove to change it")
         for name in arm.env:
             if name in HASH_ENV:
-                raise file.error((*where, "env", name), f"{name} is hashing env: set it once in env-policy for all arms")
+                raise file.error(
+                    (*where, "env", name), f"{name} is hashing env: set it once in env-policy for all arms"
+                )
             if name in recipe.env_policy:
                 raise file.error((*where, "env", name), f"{name} is set by env-policy: arms may not change it")
         env = {**recipe.env_policy, **arm.env}

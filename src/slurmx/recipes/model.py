@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 from slurmx.config.master import kebab
 from slurmx.flags import Flags
 
-
 # Hashing env decides prefix-cache block keys: it belongs to the recipe's one env policy, never to an arm.
 HASH_ENV = frozenset({"PYTHONHASHSEED", "VLLM_PREFIX_CACHE_HASH_SEED", "LMCACHE_HASH_SEED"})
 TOOL_CALL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser")

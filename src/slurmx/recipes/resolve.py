@@ -50,12 +50,20 @@ def resolve(point: Point, recipes: Recipes) -> ServingSpec:
     router = None
     if point.router is not None:
         if recipe.router is None or recipe.router.name != point.router.name:
-            raise file.error(("router",), f"{point.config_key} asks for router {point.router.name!r}; the recipe has none by that name")
+            raise file.error(
+                ("router",),
+                f"{point.config_key} asks for router {point.router.name!r}; the recipe has none by that name",
+            )
         flags = render_flags(recipe.router.flags)
         if point.dp_attn:
             flags += ["--intra-node-data-parallel-size", str(point.tp)]
-        router = RouterSpec(name=recipe.router.name, launcher=list(recipe.router.launcher), flags=flags,
-                            health_path=recipe.router.health_path, startup_timeout_s=recipe.router.startup_timeout_s)
+        router = RouterSpec(
+            name=recipe.router.name,
+            launcher=list(recipe.router.launcher),
+            flags=flags,
+            health_path=recipe.router.health_path,
+            startup_timeout_s=recipe.router.startup_timeout_s,
+        )
     return ServingSpec(
         router=router,
         recipe=recipe.recipe,

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from slurmx.plan import Point
-from slurmx.store import atomic
 from slurmx.results import prometheus
 from slurmx.results.schema import (
     ComponentMeta,
     KvCache,
     KvOffload,
+    Latency,
+    MetricsSource,
     PerGpu,
     PromptBySource,
     QpsStats,
@@ -49,9 +50,8 @@ from slurmx.results.schema import (
     Stats,
     Throughput,
     TokenStats,
-    Latency,
-    MetricsSource,
 )
+from slurmx.store import atomic
 
 PROFILE_JSONL = "profile_export.jsonl"
 PROFILE_JSON = "profile_export_aiperf.json"

@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from slurmx.store import atomic
-from slurmx.results import gate
 from slurmx.plan import parallelism_label
+from slurmx.results import gate
 from slurmx.results.schema import Result
+from slurmx.store import atomic
 from slurmx.store.tree import SweepDir
 
 RESULT_NAME = "result.json"

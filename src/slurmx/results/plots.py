@@ -9,8 +9,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from slurmx.store import atomic
 from slurmx.results.collect import Row, arm_order
+from slurmx.store import atomic
 
 PARETO_PNG = "tput_per_gpu_vs_interactivity.png"
 TTFT_PNG = "ttft_p90_vs_conc.png"

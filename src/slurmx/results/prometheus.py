@@ -96,9 +96,7 @@ def _parse_value(text: str) -> float:
     return float(text)
 
 
-def total(
-    samples: list[Sample], name: str, where: Callable[[Sample], bool] | None = None
-) -> float | None:
+def total(samples: list[Sample], name: str, where: Callable[[Sample], bool] | None = None) -> float | None:
     """Sum of every series of `name` (e.g. one per engine or model); None when the metric is absent."""
     values = [s.value for s in samples if s.name == name and (where is None or where(s))]
     return sum(values) if values else None

@@ -323,8 +323,11 @@ _OMIT_WHEN_NONE = (
     "pp",
     "dcp_size",
     "pcp_size",
-    *(f"{side}_{name}" for side in ("prefill", "decode") for name in (
-        "num_workers", "tp", "pp", "dcp_size", "pcp_size", "ep", "dp_attention", "hw")),
+    *(
+        f"{side}_{name}"
+        for side in ("prefill", "decode")
+        for name in ("num_workers", "tp", "pp", "dcp_size", "pcp_size", "ep", "dp_attention", "hw")
+    ),
     "num_prefill_gpu",
     "num_decode_gpu",
 )

@@ -73,11 +73,15 @@ def why_unrunnable(request: SlurmRequest, partitions: set[str], nodes: list[Node
     candidates = [n for n in nodes if request.partition in n.partitions]
     gpu_type = request.gres_type or ""
     with_gpus = [
-        n for n in candidates
+        n
+        for n in candidates
         if (n.gpus_by_type.get(gpu_type, 0) if gpu_type else sum(n.gpus_by_type.values())) >= request.gpus
     ]
     if not with_gpus:
-        best = max((n.gpus_by_type.get(gpu_type, 0) if gpu_type else sum(n.gpus_by_type.values()) for n in candidates), default=0)
+        best = max(
+            (n.gpus_by_type.get(gpu_type, 0) if gpu_type else sum(n.gpus_by_type.values()) for n in candidates),
+            default=0,
+        )
         return f"no node in partition {request.partition!r} has {request.gres} (at most {best})"
     with_features = [n for n in with_gpus if set(request.features) <= n.features]
     if not with_features:

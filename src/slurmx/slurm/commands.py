@@ -14,7 +14,9 @@ class SlurmUnavailable(UserError):
 
 def run_slurm(argv: list[str], timeout_s: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
     if shutil.which(argv[0]) is None:
-        raise SlurmUnavailable(f"{argv[0]} not found: is this a Slurm login node? (scripts/local-slurm.sh up starts a local cluster)")
+        raise SlurmUnavailable(
+            f"{argv[0]} not found: is this a Slurm login node? (scripts/local-slurm.sh up starts a local cluster)"
+        )
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:

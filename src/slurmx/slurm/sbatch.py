@@ -56,7 +56,9 @@ def render_sbatch(plan: ArrayPlan) -> str:
     """The sbatch script submitit would send, for --dry-run, render and golden tests."""
     python = submitit.SlurmExecutor(folder=plan.folder).python
     command = f"{python} -u -m submitit.core._submit {plan.folder}"
-    return _make_sbatch_string(command=command, folder=plan.folder, map_count=len(plan.groups), **slurm_parameters(plan))
+    return _make_sbatch_string(
+        command=command, folder=plan.folder, map_count=len(plan.groups), **slurm_parameters(plan)
+    )
 
 
 def submit_array(plan: ArrayPlan, function: Callable[[str, list[str]], object], first_arg: str) -> list[str]:

@@ -115,7 +115,9 @@ def _read(model: type[M], path: Path) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"{path}: not a {model.__name__} of this slurmx ({where}: {first['msg']}); resubmit with --force") from None
+        raise UserError(
+            f"{path}: not a {model.__name__} of this slurmx ({where}: {first['msg']}); resubmit with --force"
+        ) from None
 
 
 def new_sweep(

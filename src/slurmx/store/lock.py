@@ -25,7 +25,9 @@ def locked(path: Path, timeout_s: float = 120.0) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise UserError(f"{path}: another slurmx submit holds this lock for over {timeout_s:.0f} s") from None
+                    raise UserError(
+                        f"{path}: another slurmx submit holds this lock for over {timeout_s:.0f} s"
+                    ) from None
                 time.sleep(0.1)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())

@@ -67,4 +67,3 @@ def find_sweeps(tree: ResultsTree, names: list[str]) -> tuple[list[SweepDir], li
         for sweep in matches:
             found.setdefault(sweep.path, sweep)
     return list(found.values()), missing
-

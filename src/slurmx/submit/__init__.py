@@ -89,7 +89,9 @@ def submit_key(
         chosen = [d.item for d in report.decisions if d.action == "submit"]
         plans = array_plans(chosen, sweep.submitit, max_parallel)
         if dry_run:
-            report.arrays = [ArrayReport(p.request.summary(), len(p.groups), sbatch_script=render_sbatch(p)) for p in plans]
+            report.arrays = [
+                ArrayReport(p.request.summary(), len(p.groups), sbatch_script=render_sbatch(p)) for p in plans
+            ]
             return report
         if not chosen:
             return report
