@@ -35,6 +35,11 @@ AGENTIC_DURATION_S = 3600
 _SEQ_LEN_NAMES = {(1024, 1024): "1k1k", (1024, 8192): "1k8k", (8192, 1024): "8k1k"}
 
 
+def server_gpus(tp: int, pp: int = 1, pcp: int = 1) -> int:
+    """GPUs of one server: tensor x pipeline x prefill-context parallel (the one formula everywhere)."""
+    return tp * pp * pcp
+
+
 def dram_budget_gb(available_cpu_dram_mib: int, gpus_per_node: int, dram_utilization: float, gpu_share: int) -> int:
     """InferenceX's host-DRAM budget in GB for a server on `gpu_share` (tp*pp*pcp) GPUs of a node."""
     fraction = min(gpu_share, gpus_per_node) / gpus_per_node
@@ -81,7 +86,7 @@ class Point:
     @property
     def gpus(self) -> int:
         """GPUs of one single-node server: tensor x pipeline x prefill-context parallel."""
-        return self.tp * self.pp * self.pcp_size
+        return server_gpus(self.tp, self.pp, self.pcp_size)
 
     @property
     def backend_name(self) -> str:
@@ -304,13 +309,13 @@ def _expand_agentic(
         )
         where = f"scenarios.agentic-coding[{index}].search-space[{entry_index}]"
         if isinstance(entry, SingleNodeEntry):
-            share = entry.tp * entry.pp * entry.pcp_size
+            share = server_gpus(entry.tp, entry.pp, entry.pcp_size)
             _check_fits(key, f"{where}.tp", share, profile, config.runner, masters)
             common = replace(common, **_shape(entry))
         else:
             common = replace(common, prefill=entry.prefill, decode=entry.decode)
             # Multinode budgets follow the prefill worker, at most one whole node.
-            share = entry.prefill.tp * entry.prefill.pp * entry.prefill.pcp_size
+            share = server_gpus(entry.prefill.tp, entry.prefill.pp, entry.prefill.pcp_size)
         budget = 0
         if entry.kv_offloading != "none" and agentic.dram_utilization is not None:
             budget = dram_budget_gb(

@@ -80,7 +80,12 @@ class Backend(Protocol[S]):
         ...
 
     def preflight(self, spec: S, runtime: Runtime) -> list[str]:
-        """One line per problem on this node that would stop the backend."""
+        """One line per problem on this node that would stop the backend (fast checks, before any server)."""
+        ...
+
+    def engine_checks(self, spec: S, runtime: Runtime) -> list[Process]:
+        """Commands that must exit 0 before the engine starts; slow ones, so they run (supervised) while
+        the backend's own servers start."""
         ...
 
     def metrics_urls(self, spec: S, ports: ServerPorts) -> list[str]:
@@ -113,6 +118,9 @@ class BaseBackend(Generic[S]):
         return None
 
     def preflight(self, spec: S, runtime: Runtime) -> list[str]:
+        return []
+
+    def engine_checks(self, spec: S, runtime: Runtime) -> list[Process]:
         return []
 
     def metrics_urls(self, spec: S, ports: ServerPorts) -> list[str]:

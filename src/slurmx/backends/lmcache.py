@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Literal
 
@@ -130,7 +129,10 @@ class LMCache(BaseBackend[LMCacheSpec]):
         }
 
     def preflight(self, spec: LMCacheSpec, runtime: Runtime) -> list[str]:
-        return [p for p in (check_shm(spec), check_connector(runtime)) if p]
+        return [p for p in (check_shm(spec),) if p]
+
+    def engine_checks(self, spec: LMCacheSpec, runtime: Runtime) -> list[Process]:
+        return [check] if (check := connector_check(runtime)) else []
 
     def metrics_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
         return [loopback(ports["lmcache-http"], "/metrics")]
@@ -148,23 +150,13 @@ def check_shm(spec: LMCacheSpec, shm: Path = Path("/dev/shm")) -> str | None:
     return f"/dev/shm has {free / GB:.1f} GB free, the L1 pool needs {need / GB:.0f} GB" if free < need else None
 
 
-def check_connector(runtime: Runtime, timeout_s: float = 180) -> str | None:
-    """The engine environment must import the connector's module, or vLLM dies at start-up."""
+def connector_check(runtime: Runtime) -> Process | None:
+    """The engine environment must import the connector's module, or vLLM dies at start-up (seconds
+    of imports: it runs while the LMCache server starts)."""
     if not runtime.tools_on_host:
         return None  # inside a container image: checked when the container starts
-    code = f"import {CONNECTOR_MODULE}"
-    try:
-        proc = subprocess.run(
-            [runtime.engine_python, "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return f"importing {CONNECTOR_MODULE} took over {timeout_s:.0f} s"
-    except OSError as exc:
-        return f"cannot run {runtime.engine_python}: {exc.strerror or exc}"
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"the engine environment cannot import {CONNECTOR_MODULE}: {last}"
-    return None
+    argv = [runtime.engine_python, "-c", f"import {CONNECTOR_MODULE}"]
+    return Process("connector-import", argv, dict(COMMON_ENV), None, 180.0)
 
 
 BACKEND = LMCache()

@@ -7,18 +7,29 @@ once; caches are reset between points so each concurrency starts cold.
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
 import time
 from dataclasses import dataclass
 
 from slurmx import backends, engines
 from slurmx.node import loopback
-from slurmx.node.launch import LaunchPlan, choose_ports, engine_direct_url, launch_plan, ports_needed, replay_process
+from slurmx.node.launch import (
+    ENGINE,
+    ROUTER,
+    LaunchPlan,
+    choose_ports,
+    engine_direct_url,
+    launch_plan,
+    ports_needed,
+    replay_process,
+)
 from slurmx.node.ports import free_ports
 from slurmx.node.preflight import preflight
 from slurmx.node.recorder import PointFailed, StageRecorder
 from slurmx.node.supervisor import Managed, Supervisor, SupervisorError
 from slurmx.node.trace import synthetic_trace, write_trace
-from slurmx.process import ServerPorts
+from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
 from slurmx.results import gate
 from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunMeta, build_result, write_result
@@ -61,9 +72,15 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
     plan = launch_plan(spec, ports, runtime)
     base_env = dict(os.environ)
+    checks = [
+        (check, supervisor.start(check.name, check.argv, check.env, base_env=base_env))
+        for check in backends.get(spec.backend.name).engine_checks(spec.backend, runtime)
+    ]
     started = []
     for process in plan.servers:
-        first.recorder.stage("engine" if process.name in ("engine", "router") else "lmcache")
+        if process.name == ENGINE:
+            _await_checks(checks, supervisor)
+        first.recorder.stage("engine" if process.name in (ENGINE, ROUTER) else "lmcache")
         managed = supervisor.start(process.name, process.argv, process.env, base_env=base_env)
         started.append(managed)
         if process.health_url:
@@ -72,6 +89,18 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
             except SupervisorError as exc:
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
     return Servers(plan, ports, started, spec)
+
+
+def _await_checks(checks: list[tuple[Process, Managed]], supervisor: Supervisor) -> None:
+    """Each engine check must have exited 0 (they started with the backend's servers)."""
+    for check, managed in checks:
+        try:
+            code = supervisor.wait(managed, timeout_s=check.ready_timeout_s)
+        except subprocess.TimeoutExpired:
+            raise PointFailed(f"preflight: {check.name} took over {check.ready_timeout_s:.0f} s") from None
+        if code != 0:
+            last = (managed.log_tail(3).strip().splitlines() or [f"exit {code}"])[-1]
+            raise PointFailed(f"preflight: {check.name} ({shlex.join(check.argv)}) failed: {last}")
 
 
 def _link_server_logs(owner: PointDir, member: PointDir) -> None:

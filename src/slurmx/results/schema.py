@@ -50,6 +50,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from slurmx.plan import server_gpus
+
 SCHEMA_VERSION = 1
 
 
@@ -291,7 +293,7 @@ class Result(_Strict):
     def gpus(self) -> int:
         if self.num_gpus:
             return self.num_gpus
-        return self.tp * (self.pp or 1) * (self.pcp_size or 1)
+        return server_gpus(self.tp, self.pp or 1, self.pcp_size or 1)
 
     @property
     def backend_name(self) -> str:
