@@ -9,7 +9,7 @@ from slurmx import paths, runtimes
 from slurmx.config.clusters import ClusterProfile
 from slurmx.config.load import Clusters, Masters, load_clusters, load_masters
 from slurmx.errors import UserError
-from slurmx.plan import Point, expand
+from slurmx.plan import Point, expand_each
 from slurmx.recipes.load import Recipes, load_recipes
 
 
@@ -18,6 +18,7 @@ class Inputs:
     masters: Masters
     clusters: Clusters
     points: list[Point]
+    errors: list[UserError] = field(default_factory=list)  # one per bad key (plan --all goes on without them)
     _recipes: Recipes | None = field(default=None, repr=False)
 
     def recipes(self) -> Recipes:
@@ -30,12 +31,15 @@ class Inputs:
         found = self.recipes().find(point.model_prefix, point.precision, point.framework, point.runner)
         return found.recipe.recipe if found else None
 
-    def profile(self, point: Point) -> ClusterProfile:
-        return self.clusters.profiles[point.runner]
+    @property
+    def warnings(self) -> list[str]:
+        return [*self.masters.warnings, *self.clusters.warnings]
 
     def submittable_profile(self, point: Point) -> ClusterProfile:
         """The point's cluster profile, which must say how to ask Slurm for a node."""
-        profile = self.profile(point)
+        profile = self.clusters.profile(point.runner)
+        if profile is None:
+            raise UserError(f"{self.clusters.path}: hardware.{point.runner}: no entry for this label, cannot submit")
         if profile.slurm is None:
             line = self.clusters.lines.get(point.runner)
             raise UserError(f"{self.clusters.path}:{line}: hardware.{point.runner}: no slurm section, cannot submit")
@@ -56,9 +60,12 @@ def load_inputs(
         raise UserError(f"no master config found in {paths.config_dir()}; pass --config FILE")
     masters = load_masters(config_files)
     clusters = load_clusters(clusters_file or paths.default_clusters())
-    runtimes.check_kinds(clusters.path, clusters.profiles, clusters.lines)
+    clusters.errors |= runtimes.kind_errors(clusters.path, clusters.profiles, clusters.lines)
     if all_keys:
-        keys = list(masters.configs)
+        keys = list(masters.sources)
     if not keys:
         raise UserError("name at least one config key, or --all")
-    return Inputs(masters, clusters, expand(keys, masters, clusters))
+    points, errors = expand_each(keys, masters, clusters)
+    if errors and not all_keys:
+        raise errors[0]  # a named key's own problem
+    return Inputs(masters, clusters, points, list(errors))

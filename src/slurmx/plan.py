@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -41,10 +42,20 @@ def server_gpus(tp: int, pp: int = 1, pcp: int = 1) -> int:
 
 
 def dram_budget_gb(available_cpu_dram_mib: int, gpus_per_node: int, dram_utilization: float, gpu_share: int) -> int:
-    """InferenceX's host-DRAM budget in GB for a server on `gpu_share` (tp*pp*pcp) GPUs of a node."""
-    fraction = min(gpu_share, gpus_per_node) / gpus_per_node
-    dram_bytes = min(available_cpu_dram_mib, DRAM_CAP_MIB) * 1024 * 1024 * dram_utilization * fraction
-    return int(dram_bytes / 1e9)
+    """InferenceX's host-DRAM budget in GB for a server on `gpu_share` (tp*pp*pcp) GPUs of a node.
+
+    In decimal arithmetic, in InferenceX's order of operations, so the integer is the same to the last GB
+    (binary floats round some utilizations, such as 0.7 x 7/8, to the integer below).
+    """
+    dram_bytes = (
+        Decimal(min(available_cpu_dram_mib, DRAM_CAP_MIB))
+        * 1024
+        * 1024
+        * Decimal(str(dram_utilization))
+        * min(gpu_share, gpus_per_node)
+        / gpus_per_node
+    )
+    return int(dram_bytes / 1_000_000_000)
 
 
 @dataclass(frozen=True)
@@ -206,29 +217,43 @@ def _finish(p: Point) -> Point:
     return replace(named, point_id=_point_id(named))
 
 
-def _cluster_for(key: str, config: MasterConfig, masters: Masters, clusters: Clusters) -> ClusterProfile:
-    profile = clusters.profiles.get(config.runner)
+def _key_error(masters: Masters, key: str, field: str, message: str) -> ConfigError:
+    source = masters.sources[key]
+    return ConfigError(source.path, source.line, f"{key}.{field}" if field else key, message)
+
+
+def _hardware(key: str, config: MasterConfig, masters: Masters, clusters: Clusters, why: str) -> ClusterProfile:
+    """The runner's hardware figures, which this key needs (`why`); InferenceX needs them only for a budget."""
+    profile = clusters.profile(config.runner)
     if profile is None:
-        source = masters.sources[key]
         known = sorted(clusters.profiles)
-        raise ConfigError(
-            source.path,
-            source.line,
-            f"{key}.runner",
-            f"unknown cluster label {config.runner!r} in {clusters.path}{suggest(config.runner, known)}",
+        raise _key_error(
+            masters,
+            key,
+            "runner",
+            f"no hardware entry for cluster label {config.runner!r} in {clusters.path}, needed for {why}"
+            f"{suggest(config.runner, known)}",
         )
     return profile
 
 
 def _check_fits(key: str, tp_path: str, gpus: int, profile: ClusterProfile, runner: str, masters: Masters) -> None:
     if gpus > profile.gpus_per_node:
-        source = masters.sources[key]
-        raise ConfigError(
-            source.path,
-            source.line,
-            f"{key}.{tp_path}",
-            f"needs {gpus} GPUs but {runner} has {profile.gpus_per_node} per node",
-        )
+        raise _key_error(masters, key, tp_path, f"needs {gpus} GPUs but {runner} has {profile.gpus_per_node} per node")
+
+
+def _worker_share(key: str, where: str, worker: WorkerSpec, gpus_per_node: int, masters: Masters) -> int:
+    """GPUs of one worker replica on one node, as InferenceX sizes a multinode DRAM budget: a replica
+    must fill whole nodes or tile one node evenly."""
+    gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size)
+    if gpus > gpus_per_node:
+        if gpus % gpus_per_node:
+            message = f"tp*pp*pcp-size={gpus} spans nodes but is not a multiple of gpus-per-node={gpus_per_node}"
+            raise _key_error(masters, key, where, message)
+        return gpus_per_node
+    if gpus_per_node % gpus:
+        raise _key_error(masters, key, where, f"tp*pp*pcp-size={gpus} does not divide gpus-per-node={gpus_per_node}")
+    return gpus
 
 
 def _shape(entry: SingleNodeEntry) -> dict[str, Any]:
@@ -263,7 +288,7 @@ def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
     )
     points: list[Point] = []
     scenarios: Scenarios[Any, Any] = config.scenarios
-    for fsl in scenarios.fixed_seq_len:
+    for fsl in scenarios.fixed_seq_len or []:
         for entry in fsl.search_space:
             common = replace(
                 base,
@@ -271,7 +296,7 @@ def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
                 osl=fsl.osl,
                 spec_decoding=entry.spec_decoding,
                 router=entry.router or config.router,
-                kv_p2p_transfer=entry.kv_p2p_transfer or config.kv_p2p_transfer,
+                kv_p2p_transfer=getattr(entry, "kv_p2p_transfer", None) or config.kv_p2p_transfer,
             )
             if isinstance(entry, MultiNodeEntry):
                 concs = tuple(entry.concurrencies())
@@ -279,7 +304,7 @@ def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
                 continue
             for conc in entry.concurrencies():
                 points.append(_finish(replace(common, conc=conc, **_shape(entry))))
-    for index, agentic in enumerate(scenarios.agentic_coding):
+    for index, agentic in enumerate(scenarios.agentic_coding or []):
         points.extend(_expand_agentic(key, index, config, agentic, base, masters, clusters))
     return points
 
@@ -293,31 +318,43 @@ def _expand_agentic(
     masters: Masters,
     clusters: Clusters,
 ) -> list[Point]:
-    profile = _cluster_for(key, config, masters, clusters)
     points = []
     for entry_index, entry in enumerate(agentic.search_space):
+        offloading = entry.kv_offloading or "none"
         common = replace(
             base,
             scenario="agentic-coding",
             spec_decoding=entry.spec_decoding,
-            kv_offloading=entry.kv_offloading,
+            kv_offloading=offloading,
             kv_offload_backend=entry.kv_offload_backend,
             router=entry.router or config.router,
-            kv_p2p_transfer=entry.kv_p2p_transfer or config.kv_p2p_transfer,
+            kv_p2p_transfer=getattr(entry, "kv_p2p_transfer", None) or config.kv_p2p_transfer,
             dram_utilization=agentic.dram_utilization,
             duration_s=AGENTIC_DURATION_S,
         )
         where = f"scenarios.agentic-coding[{index}].search-space[{entry_index}]"
+        share = 0
+        # InferenceX reads the runner's hardware only for a DRAM budget; slurmx also checks that a
+        # single-node server fits the node when the figures are there.
+        profile = (
+            _hardware(key, config, masters, clusters, "the kv-offloading dram budget")
+            if offloading == "dram"
+            else clusters.profile(config.runner)
+        )
         if isinstance(entry, SingleNodeEntry):
             share = server_gpus(entry.tp, entry.pp, entry.pcp_size)
-            _check_fits(key, f"{where}.tp", share, profile, config.runner, masters)
+            if profile is not None:
+                _check_fits(key, f"{where}.tp", share, profile, config.runner, masters)
             common = replace(common, **_shape(entry))
         else:
             common = replace(common, prefill=entry.prefill, decode=entry.decode)
-            # Multinode budgets follow the prefill worker, at most one whole node.
-            share = server_gpus(entry.prefill.tp, entry.prefill.pp, entry.prefill.pcp_size)
+            if offloading == "dram":
+                assert profile is not None
+                # Multinode budgets follow the prefill worker (only prefill offloads to DRAM in InferenceX).
+                share = _worker_share(key, f"{where}.prefill", entry.prefill, profile.gpus_per_node, masters)
         budget = 0
-        if entry.kv_offloading != "none" and agentic.dram_utilization is not None:
+        if offloading == "dram" and agentic.dram_utilization is not None:
+            assert profile is not None
             budget = dram_budget_gb(
                 profile.available_cpu_dram_mib, profile.gpus_per_node, agentic.dram_utilization, share
             )
@@ -327,9 +364,11 @@ def _expand_agentic(
 
 
 def resolve_keys(requested: list[str], masters: Masters) -> list[str]:
-    """Check each key exists; an unknown key names the closest ones."""
-    known = list(masters.configs)
+    """Check each key exists and loaded cleanly; an unknown key names the closest ones, a bad key its problem."""
+    known = list(masters.sources)
     for key in requested:
+        if key in masters.errors:
+            raise masters.errors[key]
         if key not in masters.configs:
             files = ", ".join(str(f) for f in masters.files)
             raise ConfigError(files, None, key, f"unknown config key{suggest(key, known)}")
@@ -337,17 +376,36 @@ def resolve_keys(requested: list[str], masters: Masters) -> list[str]:
 
 
 def expand(keys: list[str], masters: Masters, clusters: Clusters) -> list[Point]:
-    """Points of all `keys`; point ids are unique across the result."""
-    points = [p for key in resolve_keys(keys, masters) for p in expand_key(key, masters, clusters)]
-    seen: dict[str, Point] = {}
+    """Points of all `keys`; the first problem of any of them is raised."""
+    points, errors = expand_each(keys, masters, clusters)
+    if errors:
+        raise errors[0]
+    return points
+
+
+def expand_each(keys: list[str], masters: Masters, clusters: Clusters) -> tuple[list[Point], list[ConfigError]]:
+    """Points of every good key, and one error per bad key, in key order: a bad key blocks only itself."""
+    points: list[Point] = []
+    errors: list[ConfigError] = []
+    for key in keys:
+        try:
+            resolve_keys([key], masters)
+            key_points = expand_key(key, masters, clusters)
+            _check_distinct(key_points, masters)
+        except ConfigError as error:
+            errors.append(error)
+            continue
+        points.extend(key_points)
+    return points, errors
+
+
+def _check_distinct(points: list[Point], masters: Masters) -> None:
+    """Point ids hash the config key, so only one key's own points can collide."""
+    seen: set[str] = set()
     for p in points:
         if p.point_id in seen:
-            source = masters.sources[p.config_key]
-            raise ConfigError(
-                source.path, source.line, p.config_key, f"two sweep points are identical ({p.exp_name}); remove one"
-            )
-        seen[p.point_id] = p
-    return points
+            raise _key_error(masters, p.config_key, "", f"two sweep points are identical ({p.exp_name}); remove one")
+        seen.add(p.point_id)
 
 
 def server_groups(points: list[Point]) -> list[list[Point]]:

@@ -83,7 +83,7 @@ def test_a_configured_router_fronts_the_engine(tmp_path: Path) -> None:
     key = dict(master["dsv4-fp4-b200-vllm-agentic-lmcache"])
     key["scenarios"] = {"agentic-coding": [{"dram-utilization": 0.8, "search-space": [
         {"tp": 8, "ep": 8, "dp-attn": True, "kv-offloading": "dram", "kv-offload-backend": {"name": "lmcache"},
-         "router": {"name": "vllm-router"}, "conc-list": [16]}
+         "router": {"name": "vllm-router", "version": "0.1.9"}, "conc-list": [16]}
     ]}]}  # fmt: skip
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"routed": key}))
     masters = load_masters([tmp_path / "m.yaml"])

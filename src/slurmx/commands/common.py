@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from slurmx.inputs import Inputs, load_inputs
@@ -22,4 +23,7 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_points(args: argparse.Namespace, keys: list[str], all_keys: bool = False) -> Inputs:
-    return load_inputs(args.config, args.clusters, keys, all_keys)
+    inputs = load_inputs(args.config, args.clusters, keys, all_keys)
+    for warning in inputs.warnings:
+        print(f"slurmx: warning: {warning}", file=sys.stderr)
+    return inputs

@@ -13,7 +13,7 @@ from rich.table import Table
 from slurmx.commands.common import add_config_options, load_points
 from slurmx.inputs import Inputs
 from slurmx.plan import Point
-from slurmx.recipes.resolve import resolve
+from slurmx.recipes.resolve import missing_implementation, resolve
 from slurmx.slurm.request import slurm_request
 
 
@@ -47,7 +47,8 @@ def check_recipes(loaded: Inputs) -> dict[str, str]:
     """Resolve every point that has a serving recipe, so a bad recipe fails at plan time."""
     names: dict[str, str] = {}
     for p in loaded.points:
-        if p.multinode or p.scenario != "agentic-coding":
+        # A point slurmx cannot serve plans all the same; submit and render say what is missing.
+        if p.multinode or p.scenario != "agentic-coding" or missing_implementation(p) is not None:
             continue
         name = loaded.recipe_name(p)
         if name:
@@ -64,7 +65,15 @@ def run(args: argparse.Namespace) -> int:
             [point_json(p, loaded) | {"recipe": recipes.get(p.point_id)} for p in loaded.points], sys.stdout, indent=1
         )
         sys.stdout.write("\n")
-        return 0
+    else:
+        _print_tables(loaded, recipes)
+    # plan --all: the good keys are planned above; each bad key is one line here, and the exit says so.
+    for error in loaded.errors:
+        print(f"slurmx: error: {error}", file=sys.stderr)
+    return 2 if loaded.errors else 0
+
+
+def _print_tables(loaded: Inputs, recipes: dict[str, str]) -> None:
     console = Console(width=None if sys.stdout.isatty() else 200)
     for key in dict.fromkeys(p.config_key for p in loaded.points):
         points = [p for p in loaded.points if p.config_key == key]
@@ -85,4 +94,3 @@ def run(args: argparse.Namespace) -> int:
                 _request_summary(p, loaded) or "-",
             )
         console.print(table)
-    return 0

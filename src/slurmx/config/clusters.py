@@ -6,7 +6,7 @@ and slurmx adds optional `slurm:` and `runtime:` sections per label.
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -67,5 +67,7 @@ class ClusterProfile(_Model):
 
 
 class ClustersFile(_Model):
+    """The file's shape; each hardware entry is validated on its own (a bad one blocks only its label)."""
+
     labels: dict[str, list[str]] | None = None  # InferenceX runner labels; read, not used
-    hardware: dict[str, ClusterProfile]
+    hardware: dict[str, Any] = Field(default_factory=dict)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,11 +27,14 @@ class ConfigSource:
 
 @dataclass
 class Masters:
-    """Every key of the loaded master files, in file order."""
+    """Every key of the loaded master files, in file order: the valid ones in `configs`, the others in
+    `errors`; `sources` has both."""
 
     configs: dict[str, MasterConfig]
     sources: dict[str, ConfigSource]
     files: list[Path]
+    errors: dict[str, ConfigError] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -105,41 +108,81 @@ def validate(model: type[M], root: Any, path: Path, index: LineIndex, prefix: tu
 
 
 def load_masters(paths: list[Path]) -> Masters:
-    configs: dict[str, MasterConfig] = {}
-    sources: dict[str, ConfigSource] = {}
+    """Every key of every file, each validated on its own: a bad key is recorded in `errors` and blocks
+    only itself. Only a file that cannot be read as a mapping of keys stops the load."""
+    masters = Masters({}, {}, list(paths))
     for path in paths:
-        data, index = load_yaml(path)
+        data, index = load_yaml(path, duplicates="warn")
+        masters.warnings.extend(index.warnings)
         if not isinstance(data, dict):
             raise ConfigError(path, 1, "", "a master config must be a mapping of config keys")
-        for key, body in data.items():
-            key_line = index.line_of(data, (key,))
-            if key in configs:
-                first = sources[key]
-                raise ConfigError(path, key_line, str(key), f"config key also defined at {first.path}:{first.line}")
-            if not isinstance(body, dict):
-                raise ConfigError(path, key_line, str(key), "a config key must hold a mapping")
-            if body.get("multinode") is True:
-                configs[key] = validate(MultiNodeConfig, data, path, index, (key,))
-            else:
-                configs[key] = validate(SingleNodeConfig, data, path, index, (key,))
-            sources[key] = ConfigSource(path, key_line)
-    return Masters(configs, sources, list(paths))
+        for raw_key, body in data.items():
+            key = str(raw_key)
+            line = index.line_of(data, (raw_key,))
+            if key in masters.sources:
+                first = masters.sources[key]
+                # InferenceX refuses the pair; neither copy can be trusted to be the one meant.
+                masters.configs.pop(key, None)
+                masters.errors[key] = ConfigError(
+                    path, line, key, f"config key also defined at {first.path}:{first.line}"
+                )
+                continue
+            masters.sources[key] = ConfigSource(path, line)
+            try:
+                masters.configs[key] = _validate_key(raw_key, body, data, path, index, line)
+            except ConfigError as error:
+                masters.errors[key] = error
+    return masters
+
+
+def _validate_key(raw_key: Any, body: Any, data: Any, path: Path, index: LineIndex, line: int | None) -> MasterConfig:
+    key = str(raw_key)
+    if not isinstance(raw_key, str):
+        raise ConfigError(path, line, key, "a config key must be a string")
+    if "*" in key:  # InferenceX reserves '*' for key patterns
+        raise ConfigError(path, line, key, "'*' is not allowed in a config key")
+    if not isinstance(body, dict):
+        raise ConfigError(path, line, key, "a config key must hold a mapping")
+    multinode = body.get("multinode", False)
+    if not isinstance(multinode, bool):  # else the schema it picks would report everything but this
+        where = index.line_of(data, (raw_key, "multinode"))
+        raise ConfigError(path, where, f"{key}.multinode", f"must be true or false, got {multinode!r}")
+    # InferenceX picks the schema by the truth of `multinode`; a missing one is then required by the schema.
+    model: type[MasterConfig] = MultiNodeConfig if body.get("multinode", False) else SingleNodeConfig
+    return validate(model, data, path, index, (raw_key,))
 
 
 @dataclass
 class Clusters:
+    """Cluster profiles by label. A label whose entry is bad is in `errors` and blocks only the keys that
+    run on it; a label with no entry at all is fine for a key that needs no hardware figures."""
+
     profiles: dict[str, ClusterProfile]
     path: Path
     lines: dict[str, int | None]
+    errors: dict[str, ConfigError] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def profile(self, label: str) -> ClusterProfile | None:
+        """The label's profile; None when the file has no entry for it; its error when the entry is bad."""
+        if label in self.errors:
+            raise self.errors[label]
+        return self.profiles.get(label)
 
 
 def load_clusters(path: Path) -> Clusters:
-    data, index = load_yaml(path)
+    data, index = load_yaml(path, duplicates="warn")
     if not isinstance(data, dict):
         raise ConfigError(path, 1, "", "a clusters file must be a mapping with a 'hardware' section")
     parsed = validate(ClustersFile, data, path, index)
-    lines = {label: index.line_of(data, ("hardware", label)) for label in parsed.hardware}
-    return Clusters(dict(parsed.hardware), path, lines)
+    clusters = Clusters({}, path, {}, warnings=list(index.warnings))
+    for label in parsed.hardware:
+        clusters.lines[label] = index.line_of(data, ("hardware", label))
+        try:
+            clusters.profiles[label] = validate(ClusterProfile, data, path, index, ("hardware", label))
+        except ConfigError as error:
+            clusters.errors[label] = error
+    return clusters
 
 
 def suggest(name: str, choices: list[str]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -19,6 +19,7 @@ class LineIndex:
 
     by_container: dict[int, dict[Any, int]] = field(default_factory=dict)
     keep_alive: list[Any] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # one line each, located
 
     def line_of(self, root: Any, path: tuple[Any, ...]) -> int | None:
         """Line of the deepest element of `path` that exists under `root`."""
@@ -34,23 +35,38 @@ class LineIndex:
         return line
 
 
-def load_yaml(path: Path) -> tuple[Any, LineIndex]:
-    """Parse `path`; a syntax error or a duplicate key is a ConfigError with its line."""
+def load_yaml(path: Path, duplicates: Literal["error", "warn"] = "error") -> tuple[Any, LineIndex]:
+    """Parse `path`; a syntax error is a ConfigError with its line.
+
+    A duplicate mapping key is an error, or with duplicates="warn" a warning naming both lines while the
+    last one wins: that is what PyYAML, and so InferenceX, does with its own files (masters, runners.yaml).
+    """
     index = LineIndex()
 
     class Loader(_BaseLoader):  # type: ignore[misc]  # the base is chosen at run time (C or Python loader)
         pass
 
     def construct_mapping(loader: Any, node: yaml.MappingNode) -> dict[Any, Any]:
+        # Keys a `<<` merge brings in may be overridden by the mapping's own keys: that is no duplicate.
+        own = {id(k) for k, _ in node.value}
         loader.flatten_mapping(node)
         result: dict[Any, Any] = {}
         lines: dict[Any, int] = {}
+        own_keys: set[Any] = set()
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
-            if key in result:
-                raise ConfigError(path, key_node.start_mark.line + 1, str(key), "duplicate key")
+            line = key_node.start_mark.line + 1
+            if id(key_node) in own and key in own_keys:
+                if duplicates == "error":
+                    raise ConfigError(path, line, str(key), "duplicate key")
+                index.warnings.append(
+                    f"{path}:{line}: {key}: duplicate key (also at line {lines[key]}); the last one wins"
+                )
+                # The value is replaced in the first one's place in key order, as PyYAML's dict does.
+            if id(key_node) in own:
+                own_keys.add(key)
             result[key] = loader.construct_object(value_node, deep=True)
-            lines[key] = key_node.start_mark.line + 1
+            lines[key] = line
         index.by_container[id(result)] = lines
         index.keep_alive.append(result)
         return result

@@ -12,6 +12,8 @@ class Engine(Protocol):
     # Flags the engine module computes from the point or the node; a recipe that set one would put it twice.
     computed_flags: frozenset[str]
     metrics_path: str
+    # The master config's spec-decoding methods this engine's recipes can serve ("none" included).
+    spec_methods: frozenset[str]
 
     def parallel_flags(self, point: Point) -> list[str]: ...
 

@@ -16,6 +16,8 @@ class VLLM:
         "--served-model-name", "--model",
     })  # fmt: skip
     metrics_path = "/metrics"
+    # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
+    spec_methods = frozenset({"none", "mtp"})
 
     def parallel_flags(self, point: Point) -> list[str]:
         """DEP runs data-parallel attention with expert parallelism."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from slurmx import backends, engines
 from slurmx.backends import ArmProblem, BackendSpec
 from slurmx.digest import file_digest
-from slurmx.errors import ConfigError
+from slurmx.errors import ConfigError, UserError
 from slurmx.flags import render_flags
 from slurmx.plan import Point
 from slurmx.recipes.load import RecipeFile, Recipes, arm_flags
@@ -23,6 +23,23 @@ def _backend(file: RecipeFile, point: Point) -> BackendSpec:
     return spec
 
 
+def missing_implementation(point: Point) -> UserError | None:
+    """Why slurmx cannot serve this point (its framework, KV-offload backend or spec-decoding method has no
+    implementation here), or None. Planning accepts such points, as InferenceX does; running them cannot."""
+    try:
+        engine = engines.get(point.framework)
+        backends.get(point.backend_name)
+    except UserError as missing:
+        return UserError(f"{point.config_key}: {missing}")
+    if point.spec_decoding not in engine.spec_methods:
+        have = ", ".join(sorted(engine.spec_methods))
+        return UserError(
+            f"{point.config_key}: no spec-decoding method {point.spec_decoding!r} for engine {engine.name} "
+            f"in slurmx (have: {have})"
+        )
+    return None
+
+
 def find_recipe(point: Point, recipes: Recipes) -> RecipeFile:
     file = recipes.find(point.model_prefix, point.precision, point.framework, point.runner)
     if file is None:
@@ -35,6 +52,9 @@ def find_recipe(point: Point, recipes: Recipes) -> RecipeFile:
 
 
 def resolve(point: Point, recipes: Recipes) -> ServingSpec:
+    missing = missing_implementation(point)
+    if missing is not None:
+        raise missing
     file = find_recipe(point, recipes)
     recipe = file.recipe
     engine = engines.get(point.framework)

@@ -41,11 +41,15 @@ def runtime_for(profile: ClusterProfile, image: str | None = None) -> Runtime:
 __all__ = ["REGISTRY", "Runtime", "get", "register", "runtime_for"]
 
 
-def check_kinds(clusters_path: Path, profiles: dict[str, ClusterProfile], lines: dict[str, int | None]) -> None:
-    """Every profile names a runtime kind slurmx has, or a located one-line error."""
+def kind_errors(
+    clusters_path: Path, profiles: dict[str, ClusterProfile], lines: dict[str, int | None]
+) -> dict[str, ConfigError]:
+    """Per label whose profile names a runtime kind slurmx lacks, a located one-line error."""
+    errors = {}
     for label, profile in profiles.items():
         if profile.runtime is not None and profile.runtime.kind not in REGISTRY:
-            raise ConfigError(
+            errors[label] = ConfigError(
                 clusters_path, lines.get(label), f"hardware.{label}.runtime.kind",
                 f"unknown runtime kind {profile.runtime.kind!r} (have: {', '.join(sorted(REGISTRY))})",
             )  # fmt: skip
+    return errors

@@ -8,7 +8,7 @@ from slurmx.config.clusters import ClusterProfile
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.plan import Point
-from slurmx.recipes.resolve import resolve
+from slurmx.recipes.resolve import missing_implementation, resolve
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
 from slurmx.slurm.request import SlurmRequest, slurm_request
@@ -43,6 +43,10 @@ def check_submittable(points: list[Point]) -> None:
 def resolve_points(points: list[Point], inputs: Inputs) -> list[Resolved]:
     """Every point's request and serving spec; any problem is raised before a file is written."""
     check_submittable(points)
+    for point in points:
+        missing = missing_implementation(point)
+        if missing is not None:
+            raise missing
     out = []
     for point in points:
         profile = inputs.submittable_profile(point)
