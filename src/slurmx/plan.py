@@ -33,7 +33,8 @@ Scenario = Literal["fixed-seq-len", "agentic-coding"]
 # InferenceX caps the usable host DRAM per node (MiB) before applying dram-utilization.
 DRAM_CAP_MIB = 2_861_022
 AGENTIC_DURATION_S = 3600
-_SEQ_LEN_NAMES = {(1024, 1024): "1k1k", (1024, 8192): "1k8k", (8192, 1024): "8k1k"}
+# InferenceX names only these two; any other pair is spelled isl_osl (1024_8192).
+_SEQ_LEN_NAMES = {(1024, 1024): "1k1k", (8192, 1024): "8k1k"}
 
 
 def server_gpus(tp: int, pp: int = 1, pcp: int = 1) -> int:
