@@ -45,8 +45,8 @@ def server_gpus(tp: int, pp: int = 1, pcp: int = 1) -> int:
 def dram_budget_gb(available_cpu_dram_mib: int, gpus_per_node: int, dram_utilization: float, gpu_share: int) -> int:
     """InferenceX's host-DRAM budget in GB for a server on `gpu_share` (tp*pp*pcp) GPUs of a node.
 
-    In decimal arithmetic, in InferenceX's order of operations, so the integer is the same to the last GB
-    (binary floats round some utilizations, such as 0.7 x 7/8, to the integer below).
+    In decimal arithmetic from the utilization's text, in InferenceX's order of operations, so that no
+    binary-float rounding can move the truncated integer away from InferenceX's.
     """
     dram_bytes = (
         Decimal(min(available_cpu_dram_mib, DRAM_CAP_MIB))
