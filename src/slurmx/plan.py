@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -213,9 +213,12 @@ def _point_id(p: Point) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _finish(p: Point) -> Point:
-    named = replace(p, exp_name=_exp_name(p))
-    return replace(named, point_id=_point_id(named))
+def _make(fields: dict[str, Any]) -> Point:
+    """A point with its derived names set once, here: it is frozen from then on."""
+    p = Point(**fields)
+    object.__setattr__(p, "exp_name", _exp_name(p))  # dataclasses.replace would rebuild it twice per point
+    object.__setattr__(p, "point_id", _point_id(p))
+    return p
 
 
 def _key_error(masters: Masters, key: str, field: str, message: str) -> ConfigError:
@@ -272,39 +275,38 @@ def _shape(entry: SingleNodeEntry) -> dict[str, Any]:
 def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
     """Every point of one config key, in InferenceX's order."""
     config = masters.configs[key]
-    # The fields every point of the key shares; each scenario and entry replaces the rest.
-    base = Point(
-        config_key=key,
-        scenario="fixed-seq-len",
-        image=config.image,
-        model=config.model,
-        model_prefix=config.model_prefix,
-        precision=config.precision,
-        framework=config.framework,
-        runner=config.runner,
-        multinode=config.multinode,
-        disagg=config.disagg,
-        spec_decoding="none",
-        conc=0,
-    )
+    # The fields every point of the key shares; each scenario and entry adds the rest.
+    base: dict[str, Any] = {
+        "config_key": key,
+        "image": config.image,
+        "model": config.model,
+        "model_prefix": config.model_prefix,
+        "precision": config.precision,
+        "framework": config.framework,
+        "runner": config.runner,
+        "multinode": config.multinode,
+        "disagg": config.disagg,
+    }
     points: list[Point] = []
     scenarios: Scenarios[Any, Any] = config.scenarios
     for fsl in scenarios.fixed_seq_len or []:
         for entry in fsl.search_space:
-            common = replace(
-                base,
-                isl=fsl.isl,
-                osl=fsl.osl,
-                spec_decoding=entry.spec_decoding,
-                router=entry.router or config.router,
-                kv_p2p_transfer=getattr(entry, "kv_p2p_transfer", None) or config.kv_p2p_transfer,
-            )
+            common = {
+                **base,
+                "scenario": "fixed-seq-len",
+                "isl": fsl.isl,
+                "osl": fsl.osl,
+                "spec_decoding": entry.spec_decoding,
+                "router": entry.router or config.router,
+                "kv_p2p_transfer": getattr(entry, "kv_p2p_transfer", None) or config.kv_p2p_transfer,
+            }
             if isinstance(entry, MultiNodeEntry):
                 concs = tuple(entry.concurrencies())
-                points.append(_finish(replace(common, prefill=entry.prefill, decode=entry.decode, conc=concs)))
+                points.append(_make({**common, "prefill": entry.prefill, "decode": entry.decode, "conc": concs}))
                 continue
+            shape = _shape(entry)
             for conc in entry.concurrencies():
-                points.append(_finish(replace(common, conc=conc, **_shape(entry))))
+                points.append(_make({**common, **shape, "conc": conc}))
     for index, agentic in enumerate(scenarios.agentic_coding or []):
         points.extend(_expand_agentic(key, index, config, agentic, base, masters, clusters))
     return points
@@ -315,24 +317,24 @@ def _expand_agentic(
     index: int,
     config: MasterConfig,
     agentic: AgenticCoding[Any],
-    base: Point,
+    base: dict[str, Any],
     masters: Masters,
     clusters: Clusters,
 ) -> list[Point]:
     points = []
     for entry_index, entry in enumerate(agentic.search_space):
         offloading = entry.kv_offloading or "none"
-        common = replace(
-            base,
-            scenario="agentic-coding",
-            spec_decoding=entry.spec_decoding,
-            kv_offloading=offloading,
-            kv_offload_backend=entry.kv_offload_backend,
-            router=entry.router or config.router,
-            kv_p2p_transfer=getattr(entry, "kv_p2p_transfer", None) or config.kv_p2p_transfer,
-            dram_utilization=agentic.dram_utilization,
-            duration_s=AGENTIC_DURATION_S,
-        )
+        common = {
+            **base,
+            "scenario": "agentic-coding",
+            "spec_decoding": entry.spec_decoding,
+            "kv_offloading": offloading,
+            "kv_offload_backend": entry.kv_offload_backend,
+            "router": entry.router or config.router,
+            "kv_p2p_transfer": getattr(entry, "kv_p2p_transfer", None) or config.kv_p2p_transfer,
+            "dram_utilization": agentic.dram_utilization,
+            "duration_s": AGENTIC_DURATION_S,
+        }
         where = f"scenarios.agentic-coding[{index}].search-space[{entry_index}]"
         share = 0
         # InferenceX reads the runner's hardware only for a DRAM budget; slurmx also checks that a
@@ -346,9 +348,9 @@ def _expand_agentic(
             share = server_gpus(entry.tp, entry.pp, entry.pcp_size)
             if profile is not None:
                 _check_fits(key, f"{where}.tp", share, profile, config.runner, masters)
-            common = replace(common, **_shape(entry))
+            common |= _shape(entry)
         else:
-            common = replace(common, prefill=entry.prefill, decode=entry.decode)
+            common |= {"prefill": entry.prefill, "decode": entry.decode}
             if offloading == "dram":
                 assert profile is not None
                 # Multinode budgets follow the prefill worker (only prefill offloads to DRAM in InferenceX).
@@ -360,7 +362,7 @@ def _expand_agentic(
                 profile.available_cpu_dram_mib, profile.gpus_per_node, agentic.dram_utilization, share
             )
         for conc in entry.concurrencies():
-            points.append(_finish(replace(common, conc=conc, total_cpu_dram_gb=budget)))
+            points.append(_make({**common, "conc": conc, "total_cpu_dram_gb": budget}))
     return points
 
 

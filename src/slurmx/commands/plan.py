@@ -7,9 +7,6 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from slurmx.commands.common import add_config_options, load_points
 from slurmx.inputs import Inputs
 from slurmx.plan import Point
@@ -61,10 +58,8 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_points(args, args.keys, args.all)
     recipes = check_recipes(loaded)
     if args.json:
-        json.dump(
-            [point_json(p, loaded) | {"recipe": recipes.get(p.point_id)} for p in loaded.points], sys.stdout, indent=1
-        )
-        sys.stdout.write("\n")
+        rows = [point_json(p, loaded) | {"recipe": recipes.get(p.point_id)} for p in loaded.points]
+        sys.stdout.write(json_rows(rows))
     else:
         _print_tables(loaded, recipes)
     # plan --all: the good keys are planned above; each bad key is one line here, and the exit says so.
@@ -73,7 +68,18 @@ def run(args: argparse.Namespace) -> int:
     return 2 if loaded.errors else 0
 
 
+def json_rows(rows: list[dict[str, Any]]) -> str:
+    """A JSON list with one row a line: json's C encoder per row (an indented dump runs in pure Python,
+    a third of `plan --all`'s time), still readable and diffable line by line."""
+    if not rows:
+        return "[]\n"
+    return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]\n"
+
+
 def _print_tables(loaded: Inputs, recipes: dict[str, str]) -> None:
+    from rich.console import Console  # only the table needs rich: --json does not pay for importing it
+    from rich.table import Table
+
     console = Console(width=None if sys.stdout.isatty() else 200)
     for key in dict.fromkeys(p.config_key for p in loaded.points):
         points = [p for p in loaded.points if p.config_key == key]
