@@ -35,6 +35,69 @@ class LineIndex:
         return line
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _Builder:
+    """Python objects from a composed node graph, recording the line of every key and item.
+
+    The C composer builds the nodes; this walk replaces PyYAML's generic constructor (its bookkeeping
+    doubled the load time of a large master file). Scalars still go through PyYAML's own typed
+    constructors, so values are exactly what yaml.safe_load gives."""
+
+    def __init__(self, loader: Any, path: Path, index: LineIndex, duplicates: Literal["error", "warn"]) -> None:
+        self.loader = loader
+        self.path = path
+        self.index = index
+        self.duplicates = duplicates
+        self.built: dict[int, Any] = {}  # by node: an alias is the same object, and costs nothing twice
+
+    def build(self, node: yaml.Node) -> Any:
+        done = self.built.get(id(node))
+        if done is not None:
+            return done
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node)
+        if isinstance(node, yaml.SequenceNode):
+            result: list[Any] = []
+            self.built[id(node)] = result
+            result.extend(self.build(child) for child in node.value)
+            self.index.by_container[id(result)] = {i: child.start_mark.line + 1 for i, child in enumerate(node.value)}
+            self.index.keep_alive.append(result)
+            return result
+        constructor = self.loader.yaml_constructors.get(node.tag, self.loader.yaml_constructors[None])
+        value = constructor(self.loader, node)
+        self.built[id(node)] = value
+        return value
+
+    def _mapping(self, node: yaml.MappingNode) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        self.built[id(node)] = result
+        # Keys a `<<` merge brings in may be overridden by the mapping's own keys: that is no duplicate.
+        own = {id(k) for k, _ in node.value}
+        if any(k.tag == _MERGE_TAG for k, _ in node.value):
+            self.loader.flatten_mapping(node)
+        lines: dict[Any, int] = {}
+        own_keys: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = self.build(key_node)
+            line = key_node.start_mark.line + 1
+            if id(key_node) in own and key in own_keys:
+                if self.duplicates == "error":
+                    raise ConfigError(self.path, line, str(key), "duplicate key")
+                self.index.warnings.append(
+                    f"{self.path}:{line}: {key}: duplicate key (also at line {lines[key]}); the last one wins"
+                )
+                # The value is replaced in the first one's place in key order, as PyYAML's dict does.
+            if id(key_node) in own:
+                own_keys.add(key)
+            result[key] = self.build(value_node)
+            lines[key] = line
+        self.index.by_container[id(result)] = lines
+        self.index.keep_alive.append(result)
+        return result
+
+
 def load_yaml(path: Path, duplicates: Literal["error", "warn"] = "error") -> tuple[Any, LineIndex]:
     """Parse `path`; a syntax error is a ConfigError with its line.
 
@@ -42,52 +105,16 @@ def load_yaml(path: Path, duplicates: Literal["error", "warn"] = "error") -> tup
     last one wins: that is what PyYAML, and so InferenceX, does with its own files (masters, runners.yaml).
     """
     index = LineIndex()
-
-    class Loader(_BaseLoader):  # type: ignore[misc]  # the base is chosen at run time (C or Python loader)
-        pass
-
-    def construct_mapping(loader: Any, node: yaml.MappingNode) -> dict[Any, Any]:
-        # Keys a `<<` merge brings in may be overridden by the mapping's own keys: that is no duplicate.
-        own = {id(k) for k, _ in node.value}
-        loader.flatten_mapping(node)
-        result: dict[Any, Any] = {}
-        lines: dict[Any, int] = {}
-        own_keys: set[Any] = set()
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            if id(key_node) in own and key in own_keys:
-                if duplicates == "error":
-                    raise ConfigError(path, line, str(key), "duplicate key")
-                index.warnings.append(
-                    f"{path}:{line}: {key}: duplicate key (also at line {lines[key]}); the last one wins"
-                )
-                # The value is replaced in the first one's place in key order, as PyYAML's dict does.
-            if id(key_node) in own:
-                own_keys.add(key)
-            result[key] = loader.construct_object(value_node, deep=True)
-            lines[key] = line
-        index.by_container[id(result)] = lines
-        index.keep_alive.append(result)
-        return result
-
-    def construct_sequence(loader: Any, node: yaml.SequenceNode) -> list[Any]:
-        result = [loader.construct_object(child, deep=True) for child in node.value]
-        index.by_container[id(result)] = {i: child.start_mark.line + 1 for i, child in enumerate(node.value)}
-        index.keep_alive.append(result)
-        return result
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, construct_sequence)
-
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(path, None, "", "file not found") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise ConfigError(path, None, "", f"cannot read: {exc.__class__.__name__}") from None
+    loader = _BaseLoader(text)
     try:
-        data = yaml.load(text, Loader=Loader)
+        node = loader.get_single_node()
+        data = None if node is None else _Builder(loader, path, index, duplicates).build(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -95,4 +122,6 @@ def load_yaml(path: Path, duplicates: Literal["error", "warn"] = "error") -> tup
         raise ConfigError(path, line, "", f"YAML syntax error: {problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(path, None, "", f"YAML error: {exc}") from None
+    finally:
+        loader.dispose()
     return data, index
