@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from slurmx.node.trace import working_set_tokens
 from slurmx.results import gate
 from slurmx.results.aggregate import RunMeta, build_result
 from slurmx.results.evidence import ArmInputs, engine_connector
@@ -17,7 +18,7 @@ from slurmx.results.schema import Result
 from tests.helpers.points import point_from_row
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "aiperf" / "tier-overflow"
-WORKING_SET = 5312  # node/trace.py working_set_tokens of the captured trace at conc 4
+WORKING_SET = 4763  # node/trace.py working_set_tokens of the captured trace at conc 4
 META = RunMeta(sweep_id="sd08b9166e1", node="node01")
 
 
@@ -55,6 +56,11 @@ def build(
         engine_argv=argv if argv is not None else engine_argv(arm_dir), logs=logs, working_set_tokens=working_set
     )
     return build_result(point_from_row(_row(arm)), arm_dir, run=META, engine_log=arm_dir / "engine.log", arm=inputs)
+
+
+def test_working_set_of_the_captured_trace_overflows_the_pool() -> None:
+    rows = [json.loads(line) for line in (DATA / "lmcache" / "trace.jsonl").read_text().splitlines()]
+    assert working_set_tokens(rows, 4, shared_prefix_tokens=512, output_tokens=32) == WORKING_SET > 2176
 
 
 def test_lmcache_arm_received_tokens_from_its_tier_consistent_with_lmcache_counters() -> None:
@@ -101,7 +107,7 @@ def test_no_tier_tokens_over_an_overflowing_working_set_is_not_engaged() -> None
     claimed = result.slurmx.evidence.model_copy(update={"arm": "lmcache", "expected_connector": "LMCacheMPConnector",
                                                         "engine_connector": "LMCacheMPConnector"})  # fmt: skip
     reason = gate.check_arm(claimed)  # ... claimed by the LMCache arm
-    assert reason is not None and reason.startswith(gate.NOT_ENGAGED) and "5312" in reason and "2176" in reason
+    assert reason is not None and reason.startswith(gate.NOT_ENGAGED) and "4763" in reason and "2176" in reason
     fits = claimed.model_copy(update={"working_set_tokens": 1000})
     assert gate.check_arm(fits) is None
 
