@@ -40,7 +40,8 @@ def tree(tmp_path: Path) -> Path:
     )
     points = s1 / "points"
     good = _r("schemabad", conc=64).model_dump(mode="json")
-    good["tokens_per_dollar"] = 3
+    good["tokens_per_dollar"] = 3  # a field newer than the schema is fine ...
+    good["request_accounting"]["records_total"] = "many"  # ... a wrong type in a known one is not
     (points / "schemabad").mkdir()
     (points / "schemabad" / "result.json").write_text(json.dumps(good))
     text = _r("truncated", conc=64).model_dump_json()
@@ -69,11 +70,14 @@ def _rows(out: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_every_skipped_file_is_named_with_its_reason(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = _collect_json(capsys, "--results", str(tree))
     skipped = {Path(s["path"]).parent.name: s for s in out["skipped"]}
-    assert set(skipped) == {"schemabad", "truncated", "empty", "errors", "tp8none8"}
-    assert "tokens_per_dollar" in skipped["schemabad"]["reason"] and "schema" in skipped["schemabad"]["reason"]
+    assert set(skipped) == {"schemabad", "truncated", "empty", "tp8none8"}
+    reason = skipped["schemabad"]["reason"]
+    assert "request_accounting.records_total" in reason and "schema" in reason and "tokens_per_dollar" not in reason
     assert "not valid JSON" in skipped["truncated"]["reason"]
     assert skipped["empty"]["reason"] == "empty file"
-    assert "validity gate" in skipped["errors"]["reason"] and "50.0%" in skipped["errors"]["reason"]
+    # refused by the gate: kept as a row with its reason, never skipped, never in a ratio
+    errors = _rows(out)["errors"]
+    assert errors["valid"] is False and "50.0%" in errors["invalid_reason"] and errors["tput_ratio"] is None
     assert skipped["tp8none8"]["kind"] == "superseded"
     assert "/s1/points/tp8none8/" in skipped["tp8none8"]["path"]
     assert "/s2/points/tp8none8/" in skipped["tp8none8"]["reason"]
@@ -81,7 +85,7 @@ def test_every_skipped_file_is_named_with_its_reason(tree: Path, capsys: pytest.
 
 def test_newest_valid_result_per_point_wins(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rows = _rows(_collect_json(capsys, "--results", str(tree)))
-    assert len(rows) == 8 - 1  # seven valid points, tp8none8 counted once
+    assert len(rows) == 8  # seven valid points (tp8none8 counted once) and the invalid one
     assert rows["tp8none8"]["sweep_id"] == "s2"
     assert rows["tp8none8"]["tput_per_gpu"] == pytest.approx(1500.0)
 
@@ -108,11 +112,15 @@ def test_table_groups_by_parallelism_and_arm(tree: Path, capsys: pytest.CaptureF
     labels = [tuple(c.strip() for c in line.strip("│").split("│")[:3]) for line in lines]
     assert labels == [
         ("DEP8", "lmcache", "16"), ("DEP8", "lmcache", "32"), ("DEP8", "mooncake", "16"),
-        ("TP8", "none", "4"), ("TP8", "none", "8"), ("TP8", "lmcache", "4"), ("TP8", "lmcache", "8"),
+        ("TP8", "none", "4"), ("TP8", "none", "8"), ("TP8", "none", "64"), ("TP8", "lmcache", "4"),
+        ("TP8", "lmcache", "8"),
     ]  # fmt: skip
     tp8_lmc_8 = lines[-1]
     assert "0.75x" in tp8_lmc_8 and "0.25x" in tp8_lmc_8
-    assert "4 result file(s) not counted" in captured.err
+    assert "INVALID: request error rate 50.0%" in lines[5]
+    assert "1 invalid point(s) shown but left out of every ratio" in captured.err
+    assert "errors/result.json: request error rate 50.0%" in " ".join(captured.err.split())
+    assert "3 result file(s) not counted" in captured.err
     assert "truncated/result.json: not valid JSON" in captured.err
 
 
@@ -120,12 +128,12 @@ def test_summaries_are_written_beside_each_sweep(tree: Path, capsys: pytest.Capt
     _collect_json(capsys, "--results", str(tree), "--csv", str(tree / "all.csv"))
     summary = json.loads((tree / KEY / "s1" / "summary.json").read_text())
     assert {r["point_id"] for r in summary["rows"]} == {
-        "tp8none4", "tp8lmc4", "tp8lmc8", "dep8lmc16", "dep8moon16", "dep8lmc32"}  # fmt: skip
-    assert len(summary["skipped"]) == 5
+        "tp8none4", "tp8lmc4", "tp8lmc8", "dep8lmc16", "dep8moon16", "dep8lmc32", "errors"}  # fmt: skip
+    assert len(summary["skipped"]) == 4
     csv_lines = (tree / KEY / "s2" / "summary.csv").read_text().splitlines()
     assert csv_lines[0].startswith("config_key,sweep_id,point_id,")
     assert len(csv_lines) == 2 and ",tp8none8," in csv_lines[1]
-    assert len((tree / "all.csv").read_text().splitlines()) == 1 + 7
+    assert len((tree / "all.csv").read_text().splitlines()) == 1 + 8
 
 
 def test_unknown_key_or_sweep_exits_2(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:

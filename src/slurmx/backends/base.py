@@ -2,11 +2,14 @@
 
 A backend owns its recipe knobs (an `Arm` subclass), their validation, the sizes it derives from a
 point's DRAM budget (a `BackendSpec` subclass stored in point.json), its server processes, the
-vLLM connector config, its preflight checks, and its metrics and cache-reset endpoints.
+vLLM connector config, its preflight checks, its metrics and cache-reset endpoints, and the evidence
+that it engaged: which counters of its tier say so, and which log lines say it did not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
@@ -57,11 +60,31 @@ class ArmProblem(ValueError):
 S = TypeVar("S", bound=BackendSpec)
 
 
+@dataclass(frozen=True)
+class LogPattern:
+    """A line that, found in one process's log (`log` is the process name: "lmcache", "engine"), means
+    the arm did not do what it claims; `reason` is what result.json and status say."""
+
+    log: str
+    regex: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TierReading:
+    """The tier's own figures over the replay window, from its counters (deltas) and gauges (maxima)."""
+
+    counters: dict[str, float] = field(default_factory=dict)  # named figures: chunks stored, chunks read, ...
+    hit_tokens: float | None = None  # tokens the tier says it served the engine (its side of the hit rate)
+
+
 class Backend(Protocol[S]):
     name: str  # the master config's kv-offload-backend name ("none" when a point does not offload)
     arm_model: type[Arm]
     spec_model: type[S]
     port_names: tuple[str, ...]  # ports of its own servers, chosen on the node
+    connector: str | None  # the kv_connector the engine must carry for this arm (None: no connector)
+    log_patterns: tuple[LogPattern, ...]  # known fallback/failure lines of this backend
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         """Rules a recipe arm must obey to run this backend (checked when the recipe loads)."""
@@ -96,6 +119,10 @@ class Backend(Protocol[S]):
         """POST these to empty the tier between points that share a server."""
         ...
 
+    def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
+        """The tier's evidence from the counters scraped over the replay (names without `_total`)."""
+        ...
+
 
 class BaseBackend(Generic[S]):
     """Defaults for the parts of the Protocol a backend does not need: no servers, no connector."""
@@ -104,6 +131,8 @@ class BaseBackend(Generic[S]):
     arm_model: type[Arm] = Arm
     spec_model: type[S]
     port_names: tuple[str, ...] = ()
+    connector: str | None = None
+    log_patterns: tuple[LogPattern, ...] = ()
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         return []
@@ -128,6 +157,9 @@ class BaseBackend(Generic[S]):
 
     def cache_reset_urls(self, spec: S, ports: ServerPorts) -> list[str]:
         return []
+
+    def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
+        return TierReading()
 
 
 def backend_version(point: Point) -> str | None:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
-from slurmx.backends.base import GB, Arm, ArmProblem, BackendSpec, BaseBackend, backend_version
+from slurmx.backends.base import (
+    GB,
+    Arm,
+    ArmProblem,
+    BackendSpec,
+    BaseBackend,
+    LogPattern,
+    TierReading,
+    backend_version,
+)
 from slurmx.flags import Flags, render_flags
 from slurmx.plan import Point
 from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
@@ -24,6 +34,22 @@ TYPED_FLAGS = frozenset({
 # Allocator settings that break LMCache's CUDA-IPC export of the KV cache.
 IPC_BREAKING_FLAGS = ("--enable-cumem-allocator",)
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+# LMCache 0.5.6's multiprocess server metrics (counters without `_total`): figure name -> metric.
+TIER_COUNTERS = {
+    "lookup_requested_tokens": "lmcache_mp_lookup_requested_tokens",
+    "lookup_hit_tokens": "lmcache_mp_lookup_hit_tokens",
+    "chunks_stored": "lmcache_mp_l1_write_chunks",
+    "chunks_read": "lmcache_mp_l1_read_chunks",
+}
+TIER_GAUGES = {"l1_usage_ratio_max": "lmcache_mp_l1_usage_ratio", "l1_bytes_max": "lmcache_mp_l1_memory_usage_bytes"}
+# Lines LMCache 0.5.6 (server) and its connector (engine log) print when the tier silently degrades.
+LOG_PATTERNS = (
+    LogPattern("lmcache", r"stays on the torch baseline", "LMCache fell back to torch ops (no compiled extension)"),
+    LogPattern("lmcache", r"Insufficient /dev/shm capacity", "LMCache's L1 fell back from /dev/shm to pickle"),
+    LogPattern("lmcache", r"builtin hash without PYTHONHASHSEED", "LMCache hashes without PYTHONHASHSEED"),
+    LogPattern("engine", r"did not respond to register_kv_caches", "the engine could not register its KV caches"),
+    LogPattern("engine", r"No supported \w+ connector found", "LMCache has no connector for this device"),
+)
 
 
 class LMCacheArm(Arm):
@@ -63,6 +89,8 @@ class LMCache(BaseBackend[LMCacheSpec]):
     arm_model = LMCacheArm
     spec_model = LMCacheSpec
     port_names = ("lmcache", "lmcache-http")
+    connector = CONNECTOR
+    log_patterns = LOG_PATTERNS
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         assert isinstance(arm, LMCacheArm)
@@ -122,7 +150,7 @@ class LMCache(BaseBackend[LMCacheSpec]):
         if spec.mq_timeout_s is not None:
             extra["lmcache.mp.mq_timeout"] = spec.mq_timeout_s
         return {
-            "kv_connector": CONNECTOR,
+            "kv_connector": self.connector,
             "kv_connector_module_path": CONNECTOR_MODULE,
             "kv_role": "kv_both",
             "kv_connector_extra_config": extra,
@@ -139,6 +167,11 @@ class LMCache(BaseBackend[LMCacheSpec]):
 
     def cache_reset_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
         return [loopback(ports["lmcache-http"], "/cache/clear")]
+
+    def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
+        counters = {field: deltas[name] for field, name in TIER_COUNTERS.items() if name in deltas}
+        counters |= {field: gauges[name] for field, name in TIER_GAUGES.items() if name in gauges}
+        return TierReading(counters, counters.get("lookup_hit_tokens"))
 
 
 def check_shm(spec: LMCacheSpec, shm: Path = Path("/dev/shm")) -> str | None:

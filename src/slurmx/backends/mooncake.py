@@ -29,6 +29,7 @@ class Mooncake(BaseBackend[MooncakeSpec]):
     arm_model = MooncakeArm
     spec_model = MooncakeSpec
     port_names = ("mooncake-master",)
+    connector = "MooncakeStoreConnector"
 
     def spec(self, arm: Arm, point: Point) -> MooncakeSpec:
         assert isinstance(arm, MooncakeArm)
@@ -47,7 +48,7 @@ class Mooncake(BaseBackend[MooncakeSpec]):
 
     def connector_config(self, spec: MooncakeSpec, ports: ServerPorts) -> dict[str, Any] | None:
         return {
-            "kv_connector": "MooncakeStoreConnector",
+            "kv_connector": self.connector,
             "kv_role": "kv_both",
             "kv_load_failure_policy": spec.load_failure_policy,
             "kv_connector_extra_config": {

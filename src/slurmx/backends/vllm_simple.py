@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from slurmx.backends.base import Arm, BackendSpec, BaseBackend, backend_version
+from slurmx.backends.base import Arm, BackendSpec, BaseBackend, TierReading, backend_version
 from slurmx.plan import Point
 from slurmx.process import ServerPorts
 
@@ -16,6 +17,7 @@ class VllmSimpleSpec(BackendSpec):
 class VllmSimple(BaseBackend[VllmSimpleSpec]):
     name = "vllm-simple"
     spec_model = VllmSimpleSpec
+    connector = "SimpleCPUOffloadConnector"
 
     def spec(self, arm: Arm, point: Point) -> VllmSimpleSpec:
         per_rank = int(point.total_cpu_dram_gb * 1e9 / point.gpus)
@@ -23,10 +25,18 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
 
     def connector_config(self, spec: VllmSimpleSpec, ports: ServerPorts) -> dict[str, Any] | None:
         return {
-            "kv_connector": "SimpleCPUOffloadConnector",
+            "kv_connector": self.connector,
             "kv_role": "kv_both",
             "kv_connector_extra_config": {"cpu_bytes_to_use_per_rank": spec.cpu_bytes_per_rank},
         }
+
+    def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
+        # vLLM's own CPU offload counters; they count bytes, so the tier side has no token figure
+        names = {
+            "bytes_cpu_to_gpu": "vllm:kv_offload_bytes_cpu_to_gpu",
+            "bytes_gpu_to_cpu": "vllm:kv_offload_bytes_gpu_to_cpu",
+        }
+        return TierReading({field: deltas[name] for field, name in names.items() if name in deltas})
 
 
 BACKEND = VllmSimple()

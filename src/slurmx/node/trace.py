@@ -47,3 +47,16 @@ def _row(session: int, input_length: int, output_length: int, hash_ids: list[int
 
 def write_trace(path: Path, rows: list[dict[str, Any]]) -> None:
     atomic.write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def working_set_tokens(rows: list[dict[str, Any]], conc: int, shared_prefix_tokens: int, output_tokens: int) -> int:
+    """KV tokens live at once when `conc` sessions run side by side: the shared prefix once, plus the
+    `conc` largest session contexts without it (every turn's input delta and answer). More than the
+    engine's KV pool means prefixes are evicted between a session's turns and must come back from
+    an offload tier or be recomputed."""
+    per_session: dict[str, int] = {}
+    for row in rows:
+        session = str(row["session_id"])
+        per_session[session] = per_session.get(session, 0) + int(row["input_length"]) + output_tokens
+    own = sorted((tokens - shared_prefix_tokens for tokens in per_session.values()), reverse=True)
+    return shared_prefix_tokens + sum(own[:conc])

@@ -29,6 +29,7 @@ from typing import Any
 
 from slurmx.plan import Point
 from slurmx.results import prometheus
+from slurmx.results.evidence import ArmInputs, build_evidence
 from slurmx.results.schema import (
     ComponentMeta,
     KvCache,
@@ -93,10 +94,12 @@ def build_result(
     run: RunMeta,
     window: ReplayWindow | None = None,
     engine_log: Path | None = None,
+    arm: ArmInputs | None = None,
 ) -> Result:
     """The aggregate of one point's replay; its identity fields are the point's InferenceX row.
 
-    `engine_log` is the engine's log, for the KV-cache pool size (kv_cache_pool_tokens)."""
+    `engine_log` is the engine's log, for the KV-cache pool size (kv_cache_pool_tokens); `arm` is what
+    the job body knows of how the arm ran (engine argv, logs, working set), for the arm's evidence."""
     window = window or ReplayWindow()
     artifact_dir = Path(artifact_dir)
     records, accounting = load_records(artifact_dir / PROFILE_JSONL)
@@ -119,6 +122,11 @@ def build_result(
     if engine_log is not None:
         server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_log)
     meta = _slurmx_meta(point, profile, run, window, source)
+    # the tier's own counters reach us through aiperf's export (it scrapes the backend's /metrics)
+    exported = counters_from_export(server_export)
+    meta.evidence = build_evidence(
+        point.backend_name, server_metrics, exported.delta, exported.gauge_max, arm or ArmInputs()
+    )
     backend = point.kv_offload_backend
     dataset = (profile.get("metadata") or {}).get("dataset") if isinstance(profile, dict) else None
     assert isinstance(point.conc, int), "a single-node point has one concurrency"

@@ -1,8 +1,9 @@
 """Read every result.json of a results tree into rows: validated, gated, de-duplicated, compared.
 
-Nothing is dropped silently: a file that does not parse, does not match the schema or fails the
-validity gate becomes a `Skipped` with its path and reason; a valid result replaced by a newer one
-for the same point id becomes a `Skipped` of kind "superseded".
+Nothing is dropped silently: a file that does not parse or does not match the schema becomes a
+`Skipped` with its path and reason; a result the validity gate refuses stays a row, marked invalid
+with its reason, and never enters a ratio; a result replaced by a newer one for the same point id
+(a valid one beats an invalid one) becomes a `Skipped` of kind "superseded".
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Skipped:
 
 @dataclass
 class Row:
-    """One valid result, flattened to what the table, the CSV and the plots show."""
+    """One result (valid or refused by the gate), flattened to what the table, the CSV and the plots show."""
 
     path: Path
     config_key: str
@@ -52,12 +53,17 @@ class Row:
     def point_id(self) -> str:
         return str(self.values["point_id"])
 
+    @property
+    def valid(self) -> bool:
+        return bool(self.values["valid"])
+
 
 @dataclass
 class SweepResults:
     sweep: SweepDir
     rows: list[Row] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -71,6 +77,10 @@ class Collection:
     @property
     def skipped(self) -> list[Skipped]:
         return [sk for s in self.sweeps for sk in s.skipped]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for s in self.sweeps for w in s.warnings]
 
     @property
     def files(self) -> int:
@@ -97,7 +107,8 @@ def result_files(sweep: SweepDir) -> list[Path]:
 
 
 def read_result(path: Path) -> tuple[Result | None, str | None]:
-    """(result, None) for a valid file, (None, one-line reason) otherwise."""
+    """(result, None) for a file that matches the schema, (None, one-line reason) otherwise (the gate
+    is applied by `collect`, which keeps refused results as invalid rows)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -108,9 +119,6 @@ def read_result(path: Path) -> tuple[Result | None, str | None]:
         result = Result.model_validate_json(data)
     except ValidationError as exc:
         return None, _validation_reason(exc)
-    reason = gate.check(result)
-    if reason is not None:
-        return None, f"fails the validity gate: {reason}"
     return result, None
 
 
@@ -162,17 +170,18 @@ def collect(
                 sr.skipped.append(Skipped(path, f"superseded by newer {previous.path}", "superseded"))
     for sr in out:
         add_ratios(sr.rows)
+        sr.warnings = version_warnings(sr.rows)
     return Collection(out)
 
 
-def _stamp(row: Row) -> tuple[float, float]:
+def _stamp(row: Row) -> tuple[bool, float, float]:
     meta = row.result.slurmx
     ended = meta.ended_at if meta is not None and meta.ended_at is not None else 0.0
     try:
         mtime = row.path.stat().st_mtime
     except OSError:
         mtime = 0.0
-    return ended, mtime
+    return row.valid, ended, mtime
 
 
 def _drop(sweeps: list[SweepResults], old: Row, new: Row) -> None:
@@ -200,6 +209,8 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:
     lat = rm.latency
     cache = result.server_metrics.cache
     meta = result.slurmx
+    evidence = meta.evidence if meta else None
+    reason = gate.check(result)
     return {
         "config_key": meta.config_key if meta and meta.config_key else sweep.config_key,
         "sweep_id": sweep.sweep_id,
@@ -229,6 +240,15 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:
         "cpu_hit_rate": cache.cpu_cache_hit_rate,
         "external_hit_rate": cache.external_cache_hit_rate,
         "overall_hit_rate": cache.overall_cache_hit_rate,
+        "tier_hit_rate": evidence.tier_hit_rate if evidence else None,
+        "tier_side_hit_rate": evidence.tier_side_hit_rate if evidence else None,
+        "tier_tokens": evidence.tier_tokens if evidence else None,
+        "valid": reason is None,
+        "invalid_reason": reason,
+        "labels": ";".join(gate.labels(result)) if reason is None else "",
+        "engine_version": meta.engine_version if meta else None,
+        "backend_version": meta.backend_version if meta else None,
+        "image": result.image,
         "baseline_arm": None,
         "tput_ratio": None,
         "ttft_p90_ratio": None,
@@ -240,12 +260,18 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:
     }
 
 
-def add_ratios(rows: list[Row]) -> None:
-    """Where arms share a parallelism and concurrency: throughput and TTFT p90 over the baseline arm's
-    (the no-offload arm, else the first arm in table order)."""
+def _groups(rows: list[Row]) -> dict[tuple[str, int], list[Row]]:
     groups: dict[tuple[str, int], list[Row]] = {}
     for row in rows:
         groups.setdefault((row.values["parallelism"], row.values["conc"]), []).append(row)
+    return groups
+
+
+def add_ratios(rows: list[Row]) -> None:
+    """Where arms share a parallelism and concurrency: throughput and TTFT p90 over the baseline arm's
+    (the no-offload arm, else the first arm in table order). Valid rows only: an invalid row has no
+    ratio and is never a baseline."""
+    groups = _groups([r for r in rows if r.valid])
     for members in groups.values():
         arms = sorted({r.values["arm"] for r in members}, key=arm_order)
         if len(arms) < 2:
@@ -256,6 +282,19 @@ def add_ratios(rows: list[Row]) -> None:
             row.values["baseline_arm"] = base_arm
             row.values["tput_ratio"] = _ratio(row.values["tput_per_gpu"], base.values["tput_per_gpu"])
             row.values["ttft_p90_ratio"] = _ratio(row.values["ttft_p90_s"], base.values["ttft_p90_s"])
+
+
+def version_warnings(rows: list[Row]) -> list[str]:
+    """One line per comparison whose arms ran different engine versions or images."""
+    out = []
+    for (par, conc), members in sorted(_groups(rows).items()):
+        for what in ("engine_version", "image"):
+            seen = {f"{r.values['arm']}={r.values[what]}" for r in members if r.values[what]}
+            if len({item.split("=", 1)[1] for item in seen}) > 1:
+                out.append(
+                    f"{par} conc {conc}: arms ran different {what.replace('_', ' ')}s ({', '.join(sorted(seen))})"
+                )
+    return out
 
 
 def arm_order(arm: str) -> tuple[int, str]:
@@ -282,7 +321,9 @@ CSV_COLUMNS = (
     "num_gpus", "tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu", "intvty_p50", "intvty_p90",
     "e2e_norm_intvty_p50", "e2e_norm_intvty_p90", "ttft_p50_s", "ttft_p90_s", "e2el_p50_s", "e2el_p90_s",
     "itl_p50_s", "error_rate", "requests_successful", "requests_total", "gpu_hit_rate", "cpu_hit_rate",
-    "external_hit_rate", "overall_hit_rate", "baseline_arm", "tput_ratio", "ttft_p90_ratio",
+    "external_hit_rate", "overall_hit_rate", "tier_hit_rate", "tier_side_hit_rate", "tier_tokens", "valid",
+    "invalid_reason", "labels", "engine_version", "backend_version", "image", "baseline_arm", "tput_ratio",
+    "ttft_p90_ratio",
     "slurm_job_id", "node", "attempt", "ended_at", "path",
 )  # fmt: skip
 
@@ -303,6 +344,7 @@ def summary_json(sr: SweepResults) -> dict[str, Any]:
         "collected_at": time.time(),
         "rows": [r.values for r in sorted_rows(sr.rows)],
         "skipped": [s.json() for s in sr.skipped],
+        "warnings": sr.warnings,
     }
 
 
@@ -313,7 +355,7 @@ def write_summaries(sr: SweepResults) -> None:
 
 def inferencex_list(rows: Iterable[Row]) -> list[dict[str, Any]]:
     """InferenceX's agg_<name>.json body: a JSON list of the aggregate objects, without `slurmx`."""
-    return [r.result.inferencex() for r in sorted_rows(rows)]
+    return [r.result.inferencex() for r in sorted_rows(rows) if r.valid]
 
 
 def inferencex_path(sweep: SweepDir) -> Path:

@@ -42,6 +42,9 @@ infx/results/agentic/). Facts taken from there:
   (a JSON list) by utils/collect_results.py.
 
 Everything slurmx adds lives under `slurmx`, so an InferenceX reader sees only its own fields.
+
+Fields newer than this schema (InferenceX added power fields to its aggregates on Aug 18) are
+accepted and kept on round trips; known fields still reject wrong types.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ SCHEMA_VERSION = 1
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # open to fields a newer InferenceX writes (kept on dump); the known ones stay typed
+    model_config = ConfigDict(extra="allow")
 
 
 class Stats(_Strict):
@@ -202,6 +206,35 @@ class ComponentMeta(_Strict):
 MetricsSource = Literal["scrape-delta", "aiperf-export", "none"]
 
 
+class ArmEvidence(_Strict):
+    """What shows the arm did what it claims, over the replay window, from the engine and from the tier.
+
+    Token figures are the engine's (vLLM's prompt tokens by source); `tier` holds the backend's own
+    counters (for LMCache: lookup-hit tokens, chunks stored and read, L1 usage)."""
+
+    arm: str  # the KV-offload backend the point claims ("none" when it does not offload)
+    expected_connector: str | None = None  # the kv_connector that arm puts on the engine
+    engine_argv_seen: bool = False  # engine_connector was read from the argv that ran
+    engine_connector: str | None = None  # the kv_connector found in the engine argv that ran
+    prompt_tokens: float | None = None
+    local_hit_tokens: float | None = None  # served by the engine's own KV pool
+    tier_tokens: float | None = None  # received by the engine from the external tier
+    computed_tokens: float | None = None  # recomputed (prefill)
+    tier_hit_rate: float | None = None  # tier_tokens / prompt_tokens
+    tier: dict[str, float] = Field(default_factory=dict)
+    tier_side_hit_tokens: float | None = None  # the tier's own count of tokens it served
+    tier_side_hit_rate: float | None = None  # tier_side_hit_tokens / prompt_tokens
+    kv_pool_tokens: int | None = None
+    working_set_tokens: int | None = None  # live shared prefix + the concurrent sessions' contexts
+    log_failures: list[str] = Field(default_factory=list)  # "reason (file:line)"
+
+    @property
+    def exceeded_pool(self) -> bool | None:
+        if self.working_set_tokens is None or self.kv_pool_tokens is None:
+            return None
+        return self.working_set_tokens > self.kv_pool_tokens
+
+
 class SlurmxMeta(_Strict):
     """What slurmx knows about the run and InferenceX does not; never read by InferenceX."""
 
@@ -223,6 +256,10 @@ class SlurmxMeta(_Strict):
     incomplete_reason: str | None = None  # aiperf's `incomplete_reason` when it set is_complete false
     aiperf_error_count: int | None = None  # aiperf's own error count (error_summary), for cross-checking
     engine_metrics_source: MetricsSource = "none"
+    image_digest: str | None = None  # from the lock, where the runtime knows it
+    evidence: ArmEvidence | None = None
+    invalid_reason: str | None = None  # set when the validity gate refused the point (the file is kept)
+    labels: list[str] = Field(default_factory=list)  # e.g. "offload not exercised": valid, but say so
 
 
 class Result(_Strict):

@@ -1,0 +1,97 @@
+"""The evidence that a point's arm did what it claims: the connector in the engine argv that ran, the
+tokens the engine received from the external tier, the tier's own counters, the working set against
+the engine's KV pool, and known fallback lines in the backend's logs.
+
+The backend module says which counters are its tier's and which log lines mean it degraded
+(`Backend.tier_reading`, `Backend.log_patterns`); this module only gathers them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmx import backends
+from slurmx.results.schema import ArmEvidence, ServerMetrics
+
+TRANSFER_FLAG = "--kv-transfer-config"
+NATIVE_FLAG = "--kv-offloading-backend"
+
+
+@dataclass(frozen=True)
+class ArmInputs:
+    """What the job body knows about how the arm ran (none of it is in aiperf's artifacts)."""
+
+    engine_argv: list[str] | None = None
+    logs: dict[str, Path] = field(default_factory=dict)  # process name -> its log
+    working_set_tokens: int | None = None
+
+
+def engine_connector(argv: list[str]) -> str | None:
+    """The kv_connector an engine argv carries (vLLM's --kv-transfer-config), or its native offload."""
+    for index, arg in enumerate(argv[:-1]):
+        if arg == TRANSFER_FLAG:
+            try:
+                config = json.loads(argv[index + 1])
+            except json.JSONDecodeError:
+                return "unparsable --kv-transfer-config"
+            return str(config.get("kv_connector")) if isinstance(config, dict) else "unparsable --kv-transfer-config"
+        if arg == NATIVE_FLAG:
+            return f"{NATIVE_FLAG} {argv[index + 1]}"
+    return None
+
+
+def log_failures(arm: str, logs: Mapping[str, Path]) -> list[str]:
+    """One entry per known failure line of the arm's backend found in its logs: "reason (file:line)"."""
+    found = []
+    for pattern in backends.get(arm).log_patterns:
+        path = logs.get(pattern.log)
+        if path is None or not path.is_file():
+            continue
+        regex = re.compile(pattern.regex)
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            for number, line in enumerate(handle, 1):
+                if regex.search(line):
+                    found.append(f"{pattern.reason} ({path.name}:{number})")
+                    break
+    return found
+
+
+def build_evidence(
+    arm: str,
+    server: ServerMetrics,
+    deltas: Mapping[str, float],
+    gauges: Mapping[str, float],
+    inputs: ArmInputs,
+) -> ArmEvidence:
+    backend = backends.get(arm)
+    by_source = server.tokens.prompt_by_source
+    prompt = sum(by_source.raw.values()) if by_source.raw else server.tokens.prompt_total
+    tier_tokens = by_source.cpu_or_external_cache_hit
+    if tier_tokens is None:  # vLLM before prompt_tokens_by_source: its external prefix-cache hits
+        tier_tokens = server.cache.external_prefix_cache_hits
+    reading = backend.tier_reading(deltas, gauges)
+    return ArmEvidence(
+        arm=arm,
+        expected_connector=backend.connector,
+        engine_argv_seen=inputs.engine_argv is not None,
+        engine_connector=engine_connector(inputs.engine_argv) if inputs.engine_argv is not None else None,
+        prompt_tokens=prompt,
+        local_hit_tokens=by_source.gpu_cache_hit,
+        tier_tokens=tier_tokens,
+        computed_tokens=by_source.computed,
+        tier_hit_rate=_share(tier_tokens, prompt),
+        tier=reading.counters,
+        tier_side_hit_tokens=reading.hit_tokens,
+        tier_side_hit_rate=_share(reading.hit_tokens, prompt),
+        kv_pool_tokens=server.kv_cache.gpu_total_tokens,
+        working_set_tokens=inputs.working_set_tokens,
+        log_failures=log_failures(arm, inputs.logs),
+    )
+
+
+def _share(part: float | None, whole: float | None) -> float | None:
+    return part / whole if part is not None and whole else None
