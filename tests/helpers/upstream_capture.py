@@ -9,6 +9,7 @@ the reference: what InferenceX really runs, from its own code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -153,10 +154,9 @@ def capture(point: Point, upstream: Upstream, scripts_dir: Path, work: Path, tim
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     finally:
-        try:  # the stand-in servers the script left running (its own job wrapper would kill them)
+        # the stand-in servers the script left running (its own job wrapper would kill them)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
     started = []
     for line in log.read_text().splitlines() if log.exists() else []:
