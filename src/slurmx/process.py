@@ -16,8 +16,6 @@ class Process:
     env: dict[str, str]
     health_url: str | None = None
     ready_timeout_s: float = 600.0
-    # (regex, reason): a log line matching it once the process is ready fails the point with the reason
-    log_guards: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
