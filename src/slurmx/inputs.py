@@ -11,6 +11,7 @@ from slurmx.config.load import Clusters, Masters, load_clusters, load_masters
 from slurmx.errors import UserError
 from slurmx.plan import Point, expand_each
 from slurmx.recipes.load import Recipes, load_recipes
+from slurmx.recipes.resolve import match_values
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Inputs:
         return self._recipes
 
     def recipe_name(self, point: Point) -> str | None:
-        found = self.recipes().find(point.model_prefix, point.precision, point.framework, point.runner)
+        found = self.recipes().find(match_values(point))
         return found.recipe.recipe if found else None
 
     @property

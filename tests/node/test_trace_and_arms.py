@@ -78,24 +78,47 @@ def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path)
         assert "--enable-auto-tool-choice" in plan_argv and "--tool-call-parser" in plan_argv
 
 
-def test_a_configured_router_fronts_the_engine(tmp_path: Path) -> None:
+def _routed_plan(tmp_path: Path, router: dict[str, str] | None):  # type: ignore[no-untyped-def]
     master = yaml.safe_load((ROOT / "configs/nvidia-master.yaml").read_text())
     key = dict(master["dsv4-fp4-b200-vllm-agentic-lmcache"])
-    key["scenarios"] = {"agentic-coding": [{"dram-utilization": 0.8, "search-space": [
-        {"tp": 8, "ep": 8, "dp-attn": True, "kv-offloading": "dram", "kv-offload-backend": {"name": "lmcache"},
-         "router": {"name": "vllm-router", "version": "0.1.9"}, "conc-list": [16]}
-    ]}]}  # fmt: skip
+    entry = {"tp": 8, "ep": 8, "dp-attn": True, "kv-offloading": "dram", "kv-offload-backend": {"name": "lmcache"},
+             "conc-list": [16]}  # fmt: skip
+    if router:
+        entry["router"] = router
+    key["scenarios"] = {"agentic-coding": [{"dram-utilization": 0.8, "search-space": [entry]}]}
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"routed": key}))
     masters = load_masters([tmp_path / "m.yaml"])
     clusters = load_clusters(ROOT / "configs/clusters.yaml")
     (point,) = expand(["routed"], masters, clusters)
     spec = resolve(point, load_recipes(ROOT / "jobs"))
-    ports = ServerPorts(engine=8888, engine_behind_router=8889, named={"lmcache": 20888, "lmcache-http": 21888})
-    plan = launch_plan(spec, ports, runtime_for(clusters.profiles["cluster:b200-dgxc"], point.image))
+    ports = ServerPorts(engine=8888, engine_behind_router=8889, router_metrics=18888,
+                        named={"lmcache": 20888, "lmcache-http": 21888})  # fmt: skip
+    return spec, launch_plan(spec, ports, runtime_for(clusters.profiles["cluster:b200-dgxc"], point.image))
+
+
+def test_a_configured_router_fronts_the_engine_and_leaves_its_flags_alone(tmp_path: Path) -> None:
+    spec, plan = _routed_plan(tmp_path, {"name": "vllm-router", "version": "0.1.9"})
     assert [p.name for p in plan.servers] == ["lmcache", "engine", "router"]
-    engine = shlex.join(plan.engine.argv)
-    assert "--port 8889" in engine and plan.engine.health_url == "http://127.0.0.1:8889/health"
+    engine = plan.engine.argv
+    assert "--port 8889" in shlex.join(engine) and plan.engine.health_url == "http://127.0.0.1:8889/health"
+    # every engine flag of the DEP point is there: parallelism, tool calls, max-num-seqs, the EP flags ...
+    for flag in ("--data-parallel-size", "--enable-expert-parallel", "--tool-call-parser", "--enable-auto-tool-choice",
+                 "--max-num-seqs", "--moe-backend", "--kv-cache-dtype", "--kv-transfer-config"):  # fmt: skip
+        assert flag in engine, flag
+    # ... and no router flag reaches it
+    for flag in ("--policy", "--request-timeout-secs", "--intra-node-data-parallel-size", "--disable-retries"):
+        assert flag not in engine, flag
     router = shlex.join(plan.servers[-1].argv)
     assert "vllm-router --host 127.0.0.1 --port 8888 --worker-urls http://127.0.0.1:8889" in router
     assert "--intra-node-data-parallel-size 8" in router and "--policy consistent_hash" in router
+    assert "--prometheus-port 18888" in router
+    assert spec.router is not None and spec.router.version == "0.1.9"  # the config's pin wins
     assert plan.engine_url == "http://127.0.0.1:8888"  # the replay goes through the router
+
+
+def test_every_dep_point_gets_the_session_sticky_router(tmp_path: Path) -> None:
+    """The upstream dsv4 script starts vllm-router whenever DP_ATTENTION=true, named in the config or not."""
+    spec, plan = _routed_plan(tmp_path, None)
+    assert spec.router is not None and spec.router.version == "0.1.14"
+    assert [p.name for p in plan.servers] == ["lmcache", "engine", "router"]
+    assert spec.router.replay_env == {"AIPERF_HTTP_X_SESSION_ID_FROM_CORRELATION_ID": "1"}

@@ -25,7 +25,8 @@ from slurmx.plan import Point, expand
 from slurmx.process import ServerPorts
 from slurmx.recipes.load import Recipes, arm_flags, load_recipe, load_recipes
 from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS
-from slurmx.recipes.resolve import resolve
+from slurmx.recipes.resolve import match_values, resolve
+from slurmx.recipes.spec import DRAFT_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "jobs"
@@ -39,7 +40,14 @@ ENGINE_VENV_SITE = Path("/opt/slurmx-stack/venvs/engine/lib")
 # A small valid agentic recipe; each bad case below changes one thing in a copy of it.
 GOOD: dict[str, Any] = {
     "recipe": "rules-test",
-    "match": {"model-prefix": "dsv4", "precision": "fp4", "framework": "vllm", "runner": "cluster:b200-dgxc"},
+    "match": {
+        "model": "deepseek-ai/DeepSeek-V4-Pro",
+        "model-prefix": "dsv4",
+        "precision": "fp4",
+        "framework": "vllm",
+        "runner": "cluster:b200-dgxc",
+        "image": "inferactinc/public:sprint-agentx-fast-x86_64-cu13.0.1-6a1e7bf",
+    },  # fmt: skip
     "env-policy": {"PYTHONHASHSEED": "0"},
     "engine": {
         "launcher": ["vllm", "serve"],
@@ -323,7 +331,7 @@ def test_real_recipe_has_every_arm(name: str, recipes: Recipes) -> None:
 
 def test_every_arm_of_the_real_recipes_keeps_the_tool_call_flags(seed_points: list[Point], recipes: Recipes) -> None:
     for point in seed_points:
-        for arm in recipes.find(point.model_prefix, point.precision, point.framework, point.runner).recipe.arms:
+        for arm in recipes.find(match_values(point)).recipe.arms:
             flags = resolve(as_arm(point, arm), recipes).engine_flags
             for flag in TOOL_CALL_FLAGS:
                 assert flags.count(flag) == 1, (point.exp_name, arm, flag)
@@ -339,7 +347,7 @@ def test_no_flag_appears_twice_in_any_resolved_command(seed_points: list[Point],
 
 def test_every_arm_of_the_real_recipes_hashes_the_same_way(seed_points: list[Point], recipes: Recipes) -> None:
     for point in seed_points:
-        arms = recipes.find(point.model_prefix, point.precision, point.framework, point.runner).recipe.arms
+        arms = recipes.find(match_values(point)).recipe.arms
         hashing = set()
         for arm in arms:
             env = resolve(as_arm(point, arm), recipes).env
@@ -363,15 +371,21 @@ def test_dsv4_other_arms_keep_the_cumem_allocator(seed_points: list[Point], reci
         assert "--enable-cumem-allocator" in resolve(as_arm(point, arm), recipes).engine_flags
 
 
-def test_kimik3_dspark_depth_follows_concurrency(seed_points: list[Point], recipes: Recipes) -> None:
+def test_kimik3_runs_dspark_k2_at_every_concurrency_with_token_capture_sizes(
+    seed_points: list[Point], recipes: Recipes
+) -> None:
+    """PR #2597's final script: K=2 (golden AL 2.51) at every concurrency, graphs for 1..2*conc batches of
+    3 tokens, and the draft from its pre-downloaded local path (filled in where the runtime is known)."""
     point = next(p for p in seed_points if p.model_prefix == "kimik3")
-    depth = {}
     for conc in (4, 8, 10, 16, 32):
-        flags = resolve(dataclasses.replace(point, conc=conc), recipes).engine_flags
-        spec = flags[flags.index("--speculative-config") + 1] if "--speculative-config" in flags else None
-        depth[conc] = json.loads(spec)["num_speculative_tokens"] if spec else 0
+        spec = resolve(dataclasses.replace(point, conc=conc), recipes)
+        flags = spec.engine_flags
+        speculative = json.loads(flags[flags.index("--speculative-config") + 1])
+        assert (speculative["num_speculative_tokens"], speculative["synthetic_acceptance_length"]) == (2, 2.51)
+        assert speculative["model"] == DRAFT_PATH and spec.draft_model == "Inferact/Kimi-K3-DSpark"
+        compilation = json.loads(flags[flags.index("--compilation-config") + 1])
+        assert compilation["cudagraph_capture_sizes"] == [3 * n for n in range(1, 2 * conc + 1)]
         assert flags[flags.index("--max-num-seqs") + 1] == str(2 * conc)
-    assert depth == {4: 7, 8: 7, 10: 3, 16: 3, 32: 0}
 
 
 # -- 2. the LMCache connector config always names its module ---------------------------------------

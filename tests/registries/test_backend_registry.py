@@ -89,7 +89,14 @@ MASTER = {
 }  # fmt: skip
 RECIPE: dict[str, Any] = {
     "recipe": "toy-pool",
-    "match": {"model-prefix": "toy", "precision": "fp4", "framework": "vllm", "runner": "cluster:b300-nv"},
+    "match": {
+        "model": "toy/Toy-1",
+        "model-prefix": "toy",
+        "precision": "fp4",
+        "framework": "vllm",
+        "runner": "cluster:b300-nv",
+        "image": "vllm/vllm-openai:v0.32.0",
+    },  # fmt: skip
     "env-policy": {"PYTHONHASHSEED": "0"},
     "engine": {
         "launcher": ["vllm", "serve"],

@@ -10,7 +10,7 @@ from typing import Any
 from slurmx.commands.common import add_config_options, load_points
 from slurmx.inputs import Inputs
 from slurmx.plan import Point
-from slurmx.recipes.resolve import missing_implementation, resolve
+from slurmx.recipes.resolve import find_recipe, missing_implementation, near_recipe, resolve
 from slurmx.slurm.request import slurm_request
 
 
@@ -51,6 +51,8 @@ def check_recipes(loaded: Inputs) -> dict[str, str]:
         if name:
             resolve(p, loaded.recipes())
             names[p.point_id] = name
+        elif near_recipe(p, loaded.recipes()) is not None:
+            find_recipe(p, loaded.recipes())  # refused: a near match never serves a point
     return names
 
 

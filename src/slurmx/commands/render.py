@@ -24,8 +24,9 @@ from slurmx.submit import sweep_dir
 from slurmx.submit.arrays import array_plans
 from slurmx.submit.resolved import Resolved, resolve_points
 
-# InferenceX's fixed ports, so rendered commands read like the scripts they replace; other backends'
-# ports count on from 23888.
+# InferenceX's fixed ports (PORT 8888, the engine behind a router on PORT+1, the router's metrics on
+# PORT+10000), so rendered commands read like the scripts they replace; other backends' ports count on
+# from 23888.
 REVIEW_PORTS = {"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888}
 POINT_DIR = Path("$POINT_DIR")
 
@@ -53,7 +54,18 @@ def _process_text(process: Process) -> str:
 def review_ports(spec: ServingSpec) -> ServerPorts:
     names = backends.get(spec.backend.name).port_names
     named = {name: REVIEW_PORTS.get(name, 23888 + 1000 * i) for i, name in enumerate(names)}
-    return ServerPorts(engine=8888, engine_behind_router=8889, named=named)
+    return ServerPorts(engine=8888, engine_behind_router=8889, router_metrics=18888, named=named)
+
+
+def point_processes(item: Resolved) -> list[Process]:
+    """Every process a serving point starts, in order, at the review ports: what `render` prints."""
+    point, spec = item.point, item.serving
+    assert spec is not None, "a command point starts no serving processes"
+    runtime = runtime_for(item.profile, point.image)
+    ports = review_ports(spec)
+    plan = launch_plan(spec, ports, runtime)
+    trace = POINT_DIR / "trace.jsonl" if spec.replay.kind == "synthetic" else None
+    return [*plan.servers, replay_process(spec, ports, runtime, POINT_DIR / "aiperf", trace, 0)]
 
 
 def render_point(item: Resolved) -> str:
@@ -61,12 +73,7 @@ def render_point(item: Resolved) -> str:
     header = f"# point {point.point_id} {point.exp_name} ({point.parallelism}, {point.backend_name}, conc {point.conc})"
     if spec is None:
         return f"{header}\n# runtime kind command: {shlex.join(item.profile.runtime.command or []) if item.profile.runtime else ''}\n"
-    runtime = runtime_for(item.profile, point.image)
-    ports = review_ports(spec)
-    plan = launch_plan(spec, ports, runtime)
-    trace = POINT_DIR / "trace.jsonl" if spec.replay.kind == "synthetic" else None
-    replay = replay_process(spec, ports, runtime, POINT_DIR / "aiperf", trace, 0)
-    return "\n\n".join([header, *(_process_text(p) for p in plan.servers), _process_text(replay)]) + "\n"
+    return "\n\n".join([header, *(_process_text(p) for p in point_processes(item))]) + "\n"
 
 
 def render_key(key: str, inputs: Inputs, results: Path, only: str | None = None) -> str:

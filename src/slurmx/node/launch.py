@@ -12,7 +12,7 @@ from pathlib import Path
 from slurmx import backends, engines
 from slurmx.node.replay import production_argv, synthetic_argv
 from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
-from slurmx.recipes.spec import ServingSpec
+from slurmx.recipes.spec import DRAFT_PATH, ServingSpec
 from slurmx.runtimes import Runtime
 
 ROUTER = "router"
@@ -31,12 +31,17 @@ class LaunchPlan:
 
 def ports_needed(spec: ServingSpec) -> int:
     """Free ports a point needs on its node: the engine's, one behind a router, and the backend's own."""
-    return 2 + len(backends.get(spec.backend.name).port_names)
+    return 3 + len(backends.get(spec.backend.name).port_names)
 
 
 def choose_ports(spec: ServingSpec, free: list[int]) -> ServerPorts:
     names = backends.get(spec.backend.name).port_names
-    return ServerPorts(engine=free[0], engine_behind_router=free[1], named=dict(zip(names, free[2:], strict=True)))
+    return ServerPorts(
+        engine=free[0],
+        engine_behind_router=free[1],
+        router_metrics=free[2],
+        named=dict(zip(names, free[3:], strict=True)),
+    )
 
 
 def engine_port(spec: ServingSpec, ports: ServerPorts) -> int:
@@ -53,9 +58,12 @@ def launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> Laun
     engine = engines.get(spec.engine)
     plan = LaunchPlan(engine_url=loopback(ports.engine))
     plan.servers += backend.servers(spec.backend, ports, runtime, spec.env)
+    flags = spec.engine_flags
+    if spec.draft_model is not None:  # the pre-downloaded draft (provisioning puts it there)
+        flags = [f.replace(DRAFT_PATH, runtime.model_path(spec.draft_model)) for f in flags]
     argv = engine.argv(
         runtime.head(spec.launcher), runtime.model_path(spec.model), spec.model_flag, spec.served_model_name,
-        engine_port(spec, ports), spec.engine_flags, backend.connector_config(spec.backend, ports),
+        engine_port(spec, ports), flags, backend.connector_config(spec.backend, ports),
     )  # fmt: skip
     engine_env = {**COMMON_ENV, **spec.env}
     if runtime.hf_home:
@@ -66,6 +74,8 @@ def launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> Laun
         router = spec.router
         argv = [*router.launcher, "--host", "127.0.0.1", "--port", str(ports.engine),
                 "--worker-urls", loopback(ports.engine_behind_router), *router.flags]  # fmt: skip
+        if router.metrics_port:
+            argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(ports.router_metrics)]
         health = f"{plan.engine_url}{router.health_path}"
         plan.servers.append(
             Process(ROUTER, runtime.wrap(argv, ROUTER), dict(COMMON_ENV), health, router.startup_timeout_s)
@@ -79,7 +89,10 @@ def replay_process(
     url = loopback(ports.engine)
     env: dict[str, str] = dict(COMMON_ENV)
     extra = backends.get(spec.backend.name).metrics_urls(spec.backend, ports)
+    if spec.router is not None:
+        env |= spec.router.replay_env
     if spec.replay.kind == "production":
+        env |= spec.replay.env
         argv = production_argv(runtime.aiperf_bin, spec, url, artifact_dir, runtime.model_path(spec.model), extra)
     else:
         assert trace is not None

@@ -10,7 +10,7 @@ from slurmx.recipes.spec import ServingSpec
 def production_argv(
     aiperf: str, spec: ServingSpec, url: str, artifact_dir: Path, model_path: str, extra_metrics_urls: list[str]
 ) -> list[str]:
-    """InferenceX's agentic replay (PyPI aiperf 0.13 flags; its fork-only ones are left out)."""
+    """InferenceX's agentic replay with the SemiAnalysis aiperf fork's flags, as its benchmark_lib.sh builds it."""
     replay = spec.replay
     argv = [
         aiperf, "profile",
@@ -24,13 +24,10 @@ def production_argv(
         "--tokenizer-trust-remote-code",
         "--concurrency", str(spec.conc),
         "--benchmark-duration", str(spec.duration_s),
-        "--stats-interval", "30",
         "--random-seed", str(replay.random_seed),
         "--failed-request-threshold", str(replay.failed_request_threshold),
         "--trajectory-start-min-ratio", "0.25",
         "--trajectory-start-max-ratio", "0.75",
-        "--warmup-request-count", str(replay.warmup_request_count * spec.conc),
-        "--trace-idle-gap-cap-seconds", "300",
         "--warmup-grace-period", "1800",
         "--use-server-token-count",
         "--no-gpu-telemetry",
@@ -40,6 +37,15 @@ def production_argv(
         "--ui-type", "none",
         "--output-artifact-dir", str(artifact_dir),
     ]  # fmt: skip
+    # The fork's flags that changed between benchmark_lib.sh versions, as the recipe's replay says.
+    if replay.stats_interval_s is not None:
+        argv += ["--stats-interval", str(replay.stats_interval_s)]
+    if replay.warmup_requests_per_lane is not None:
+        argv += ["--warmup-requests-per-lane", str(replay.warmup_requests_per_lane)]
+    if replay.cache_warmup_duration_s is not None:
+        argv += ["--agentic-cache-warmup-duration", str(replay.cache_warmup_duration_s)]
+    if replay.trace_idle_gap_cap_s is not None:
+        argv += ["--trace-idle-gap-cap-seconds", str(replay.trace_idle_gap_cap_s)]
     # aiperf scrapes the engine's /metrics by itself; other servers' metrics are added by URL.
     if extra_metrics_urls:
         argv += ["--server-metrics", *extra_metrics_urls]

@@ -12,7 +12,7 @@ from slurmx.config.load import validate
 from slurmx.config.yamlfile import LineIndex, load_yaml
 from slurmx.errors import ConfigError, UserError
 from slurmx.flags import Flags
-from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS, ConcRule, Recipe
+from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS, ConcRule, Match, Recipe
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,11 @@ def _check(file: RecipeFile) -> None:
         raise file.error(
             ("engine", "flags", "--block-size"), f"differs from engine block-size {recipe.engine.block_size}"
         )
+    if recipe.engine.draft_model is not None and not isinstance(base.get("--speculative-config"), dict):
+        raise file.error(("engine", "draft-model"), "a draft model needs --speculative-config in the base flags")
+    needs_seqs = recipe.engine.capture_tokens_per_seq or recipe.engine.capture_size_is_max_num_seqs
+    if needs_seqs and not recipe.engine.max_num_seqs_per_conc:
+        raise file.error(("engine",), "capture sizes follow --max-num-seqs: set max-num-seqs-per-conc")
     if recipe.scenario == "agentic-coding":
         for flag in TOOL_CALL_FLAGS:
             if flag not in base:
@@ -131,20 +136,30 @@ def load_recipe(path: Path) -> RecipeFile:
 class Recipes:
     files: list[RecipeFile]
 
-    def find(self, model_prefix: str, precision: str, framework: str, runner: str) -> RecipeFile | None:
+    def find(self, wanted: tuple[object, ...]) -> RecipeFile | None:
+        """The recipe whose match equals `wanted` (Match.FIELDS, in order) in every field, or None."""
+        return next((f for f in self.files if f.recipe.match.values() == wanted), None)
+
+    def nearest(self, wanted: tuple[object, ...]) -> tuple[RecipeFile, list[str]] | None:
+        """The recipe that differs from `wanted` in the fewest fields, with those fields."""
+        best: tuple[RecipeFile, list[str]] | None = None
         for file in self.files:
-            m = file.recipe.match
-            if (m.model_prefix, m.precision, m.framework, m.runner) == (model_prefix, precision, framework, runner):
-                return file
-        return None
+            values = file.recipe.match.values()
+            differ = [
+                f"{name.replace('_', '-')} {have!r} (point: {want!r})"
+                for name, have, want in zip(Match.FIELDS, values, wanted, strict=True)
+                if have != want
+            ]
+            if best is None or len(differ) < len(best[1]):
+                best = (file, differ)
+        return best
 
 
 def load_recipes(directory: Path) -> Recipes:
     files = [load_recipe(p) for p in sorted(directory.glob("*.yaml"))]
     seen: dict[tuple[str, ...], Path] = {}
     for file in files:
-        m = file.recipe.match
-        key = (m.model_prefix, m.precision, m.framework, m.runner)
+        key = tuple(str(v) for v in file.recipe.match.values())
         if key in seen:
             raise file.error(("match",), f"same match as {seen[key]}")
         seen[key] = file.path

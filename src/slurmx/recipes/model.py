@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
@@ -12,6 +12,11 @@ from slurmx.flags import Flags
 # Hashing env decides prefix-cache block keys: it belongs to the recipe's one env policy, never to an arm.
 HASH_ENV = frozenset({"PYTHONHASHSEED", "VLLM_PREFIX_CACHE_HASH_SEED", "LMCACHE_HASH_SEED"})
 TOOL_CALL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser")
+REPLAY_ENV = {
+    "AIPERF_DATASET_CONFIGURATION_TIMEOUT": "1800",
+    "AIPERF_SERVICE_PROFILE_CONFIGURE_TIMEOUT": "1800",  # aiperf requires >= the dataset timeout
+    "AIPERF_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES": "0",  # pre-canned assistant replay
+}
 
 
 class _Model(BaseModel):
@@ -19,12 +24,25 @@ class _Model(BaseModel):
 
 
 class Match(_Model):
-    """Which points a recipe serves: InferenceX's script choice by prefix, precision, hardware, framework."""
+    """Which points a recipe serves: every field that decides what runs. InferenceX picks its script by
+    prefix, precision, hardware, framework and spec-decoding (the `_mtp` suffix); the flags in it are
+    tuned for one model and one image, and it branches on DCP. A point must equal all of them."""
 
+    model: str
     model_prefix: str
     precision: str
     framework: str
     runner: str
+    image: str
+    spec_decoding: str = "none"
+    dcp_size: PositiveInt = 1
+
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "model", "model_prefix", "precision", "framework", "runner", "image", "spec_decoding", "dcp_size",
+    )  # fmt: skip
+
+    def values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.FIELDS)
 
 
 class ConcRule(_Model):
@@ -46,6 +64,15 @@ class Engine(_Model):
     startup_timeout_s: PositiveInt = 1800
     flags: Flags
     max_num_seqs_per_conc: PositiveInt | None = None  # --max-num-seqs = this x conc
+    # --max-cudagraph-capture-size = --max-num-seqs (decode graphs up to the largest batch)
+    capture_size_is_max_num_seqs: bool = False
+    # With drafting, capture sizes are in tokens: one graph per batch of 1..max-num-seqs sequences, each
+    # (1 + K) tokens; --compilation-config cudagraph_capture_sizes = [n x this for n in 1..max-num-seqs].
+    capture_tokens_per_seq: PositiveInt | None = None
+    ep_flags: Flags = Field(default_factory=dict)  # added on points with expert parallelism (ep > 1)
+    # A draft model (spec decoding) pre-downloaded under the runtime's model root; its local path is the
+    # --speculative-config "model".
+    draft_model: str | None = None
     per_conc: list[ConcRule] = Field(default_factory=list)
 
 
@@ -56,7 +83,13 @@ class Replay(_Model):
     scenario: str = "inferencex-agentx-mvp"
     public_dataset: str = "semianalysis_cc_traces_weka_062126"
     num_dataset_entries: PositiveInt = 393
-    warmup_request_count: int = Field(default=10, ge=0)
+    # The aiperf fork's warmup: requests per trajectory lane (newer), or a cache-warmup duration (older).
+    warmup_requests_per_lane: int | None = Field(default=10, ge=0)
+    cache_warmup_duration_s: PositiveInt | None = None
+    stats_interval_s: PositiveInt | None = 30
+    trace_idle_gap_cap_s: PositiveInt | None = 300
+    # benchmark_lib.sh's replay env: dataset set-up and configure timeouts absorb many jobs starting at once.
+    env: dict[str, str] = Field(default_factory=lambda: dict(REPLAY_ENV))
     failed_request_threshold: float = Field(default=0.10, ge=0, le=1)
     random_seed: int = 42
     # synthetic
@@ -70,11 +103,16 @@ class Replay(_Model):
 
 
 class RouterRecipe(_Model):
-    """A request router in front of the engine, started when a point's config names a router."""
+    """A request router in front of the engine: its own process, started when a point's config names
+    this router, or on every data-parallel-attention point when `dp-attn` says so."""
 
     name: str  # the config's router name this serves, e.g. vllm-router
+    version: str | None = None  # installed by the provisioning step when set
     launcher: list[str] = Field(min_length=1)
+    dp_attn: bool = False  # start it for every DEP point (one logical worker per DP rank)
+    metrics_port: bool = False  # --prometheus-host/--prometheus-port on a port chosen on the node
     flags: Flags = Field(default_factory=dict)
+    replay_env: dict[str, str] = Field(default_factory=dict)  # env the replay needs behind this router
     health_path: str = "/health"
     startup_timeout_s: PositiveInt = 300
 

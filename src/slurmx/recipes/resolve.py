@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from slurmx import backends, engines
-from slurmx.backends import ArmProblem, BackendSpec
+from slurmx.backends import Arm, ArmProblem, BackendSpec
 from slurmx.digest import file_digest
 from slurmx.errors import ConfigError, UserError
 from slurmx.flags import render_flags
 from slurmx.plan import Point
 from slurmx.recipes.load import RecipeFile, Recipes, arm_flags
-from slurmx.recipes.spec import RouterSpec, ServingSpec
+from slurmx.recipes.model import Match, Recipe
+from slurmx.recipes.spec import DRAFT_PATH, RouterSpec, ServingSpec
 
 
 def _backend(file: RecipeFile, point: Point) -> BackendSpec:
@@ -40,15 +41,92 @@ def missing_implementation(point: Point) -> UserError | None:
     return None
 
 
+def match_values(point: Point) -> tuple[object, ...]:
+    """The point's values of every field a recipe matches on (Match.FIELDS, in order)."""
+    return tuple(getattr(point, name) for name in Match.FIELDS)
+
+
+def near_recipe(point: Point, recipes: Recipes) -> tuple[RecipeFile, list[str]] | None:
+    """A recipe written for this point's model family (prefix, precision, framework, runner) that differs in
+    another field that decides what runs (model, image, spec-decoding, DCP): it must not serve the point."""
+    if recipes.find(match_values(point)) is not None:
+        return None
+    nearest = recipes.nearest(match_values(point))
+    if nearest is None:
+        return None
+    m = nearest[0].recipe.match
+    family = (m.model_prefix, m.precision, m.framework, m.runner)
+    return nearest if family == (point.model_prefix, point.precision, point.framework, point.runner) else None
+
+
 def find_recipe(point: Point, recipes: Recipes) -> RecipeFile:
-    file = recipes.find(point.model_prefix, point.precision, point.framework, point.runner)
-    if file is None:
-        raise ConfigError(
-            "jobs/", None, point.config_key,
-            f"no serving recipe matches model-prefix {point.model_prefix}, precision {point.precision}, "
-            f"framework {point.framework}, runner {point.runner}",
-        )  # fmt: skip
-    return file
+    file = recipes.find(match_values(point))
+    if file is not None:
+        return file
+    nearest = recipes.nearest(match_values(point))
+    hint = (
+        f"; nearest is {nearest[0].path} ({nearest[0].recipe.recipe}), which differs in " + ", ".join(nearest[1])
+        if nearest
+        else ""
+    )
+    raise ConfigError(
+        "jobs/", None, point.config_key,
+        f"no serving recipe matches {point.exp_name} exactly (model {point.model}, image {point.image}, "
+        f"spec-decoding {point.spec_decoding}, dcp-size {point.dcp_size}){hint}",
+    )  # fmt: skip
+
+
+def _engine_flags(recipe: Recipe, arm: Arm, point: Point, parallel: list[str]) -> list[str]:
+    """Base flags with the arm's changes, parallelism, the EP flags, per-conc rules and computed sizes."""
+    engine = recipe.engine
+    flags = arm_flags(recipe, arm)
+    if point.ep > 1:
+        flags.update(engine.ep_flags)
+    assert isinstance(point.conc, int)
+    for rule in engine.per_conc:
+        if rule.applies(point.conc):
+            flags.update(rule.flags)
+    if engine.draft_model is not None:
+        speculative = flags.get("--speculative-config")
+        assert isinstance(speculative, dict), "a recipe with draft-model sets --speculative-config (checked on load)"
+        flags["--speculative-config"] = {**speculative, "model": DRAFT_PATH}
+    max_num_seqs = engine.max_num_seqs_per_conc * point.conc if engine.max_num_seqs_per_conc else None
+    if max_num_seqs and engine.capture_tokens_per_seq:
+        compilation = flags.get("--compilation-config") or {}
+        assert isinstance(compilation, dict)
+        sizes: list[object] = [n * engine.capture_tokens_per_seq for n in range(1, max_num_seqs + 1)]
+        flags["--compilation-config"] = {**compilation, "cudagraph_capture_sizes": sizes}
+    argv = render_flags(flags) + parallel
+    if max_num_seqs:
+        argv += ["--max-num-seqs", str(max_num_seqs)]
+        if engine.capture_size_is_max_num_seqs:
+            argv += ["--max-cudagraph-capture-size", str(max_num_seqs)]
+    return argv
+
+
+def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
+    """The router in front of the engine: its own process with its own flags; it never touches the engine's."""
+    recipe = file.recipe.router
+    wanted = point.router is not None or (recipe is not None and recipe.dp_attn and point.dp_attn)
+    if not wanted:
+        return None
+    if recipe is None or (point.router is not None and recipe.name != point.router.name):
+        name = point.router.name if point.router else "a router"
+        raise file.error(("router",), f"{point.config_key} asks for router {name!r}; the recipe has none by that name")
+    flags = render_flags(recipe.flags)
+    if point.dp_attn:
+        flags += ["--intra-node-data-parallel-size", str(point.tp)]
+    version = point.router.version if point.router is not None and point.router.version else recipe.version
+    return RouterSpec(
+        name=recipe.name,
+        version=version,
+        launcher=list(recipe.launcher),
+        flags=flags,
+        metrics_port=recipe.metrics_port,
+        replay_env=dict(recipe.replay_env),
+        health_path=recipe.health_path,
+        startup_timeout_s=recipe.startup_timeout_s,
+    )
 
 
 def resolve(point: Point, recipes: Recipes) -> ServingSpec:
@@ -61,29 +139,8 @@ def resolve(point: Point, recipes: Recipes) -> ServingSpec:
     assert isinstance(point.conc, int), "only single-node points resolve to one server"
     backend = _backend(file, point)
     arm = file.arms[point.backend_name]
-    flags = render_flags(arm_flags(recipe, arm)) + engine.parallel_flags(point)
-    if recipe.engine.max_num_seqs_per_conc:
-        flags += ["--max-num-seqs", str(recipe.engine.max_num_seqs_per_conc * point.conc)]
-    for rule in recipe.engine.per_conc:
-        if rule.applies(point.conc):
-            flags += render_flags(rule.flags)
-    router = None
-    if point.router is not None:
-        if recipe.router is None or recipe.router.name != point.router.name:
-            raise file.error(
-                ("router",),
-                f"{point.config_key} asks for router {point.router.name!r}; the recipe has none by that name",
-            )
-        flags = render_flags(recipe.router.flags)
-        if point.dp_attn:
-            flags += ["--intra-node-data-parallel-size", str(point.tp)]
-        router = RouterSpec(
-            name=recipe.router.name,
-            launcher=list(recipe.router.launcher),
-            flags=flags,
-            health_path=recipe.router.health_path,
-            startup_timeout_s=recipe.router.startup_timeout_s,
-        )
+    flags = _engine_flags(recipe, arm, point, engine.parallel_flags(point))
+    router = _router(file, point)
     return ServingSpec(
         router=router,
         recipe=recipe.recipe,
@@ -104,4 +161,5 @@ def resolve(point: Point, recipes: Recipes) -> ServingSpec:
         replay=recipe.replay,
         conc=point.conc,
         duration_s=point.duration_s or 3600,
+        draft_model=recipe.engine.draft_model,
     )

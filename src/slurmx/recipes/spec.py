@@ -7,13 +7,18 @@ from pydantic import BaseModel, ConfigDict
 from slurmx.backends import AnyBackendSpec
 from slurmx.recipes.model import Replay
 
+DRAFT_PATH = "{draft_model_path}"  # replaced by the draft's local path where the runtime is known
+
 
 class RouterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
+    version: str | None = None
     launcher: list[str]
     flags: list[str]  # without the ports and worker URLs (chosen on the node)
+    metrics_port: bool = False  # add --prometheus-host/--prometheus-port (a port chosen on the node)
+    replay_env: dict[str, str] = {}
     health_path: str
     startup_timeout_s: int
 
@@ -40,6 +45,7 @@ class ServingSpec(BaseModel):
     conc: int
     duration_s: int
     router: RouterSpec | None = None
+    draft_model: str | None = None  # under the runtime's model root; DRAFT_PATH in engine_flags stands for it
 
     def provenance_free(self) -> dict[str, object]:
         """The spec without where the recipe came from: equal when the same thing would run."""

@@ -1,0 +1,64 @@
+"""A recording stand-in for a program an upstream InferenceX script starts (vllm, lmcache, aiperf, pip...).
+
+Run as `python standin.py NAME ARGS...` from a wrapper named NAME on PATH. It appends one JSON line
+(name, argv, env, cwd) to $STANDIN_LOG, then does the least the script needs to go on: servers stay
+up until killed (the script checks they are alive), `uv venv` creates the aiperf venv's stand-ins,
+`pip show` names a version, the torch-lib query prints a directory. Everything else exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+SERVERS = {"vllm", "lmcache", "vllm-router", "mooncake_master"}
+FAKE_TORCH_LIB = "/standin/torch/lib"
+
+
+def _record(name: str, argv: list[str]) -> None:
+    line = json.dumps({"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}) + "\n"
+    fd = os.open(os.environ["STANDIN_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _python(argv: list[str]) -> None:
+    if argv[:2] == ["-m", "pip"]:
+        if "show" in argv:
+            print("Version: standin\nLocation: /standin/site-packages")
+        elif "--help" in argv:
+            print("  --break-system-packages  Allow pip to modify an EXTERNALLY-MANAGED environment.")
+    elif argv[:1] == ["-c"] and "torch" in argv[1] and "'lib'" in argv[1]:
+        print(FAKE_TORCH_LIB)
+    elif argv[:1] == ["-"]:
+        sys.stdin.read()
+
+
+def _uv(argv: list[str]) -> None:
+    if argv[:1] == ["venv"]:
+        bin_dir = Path(argv[-1]) / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        wrapper_dir = Path(os.environ["STANDIN_BIN"])
+        for name in ("aiperf", "hf", "python"):
+            target = bin_dir / name
+            target.write_text((wrapper_dir / name).read_text())
+            target.chmod(0o755)
+
+
+def main() -> None:
+    name, argv = sys.argv[1], sys.argv[2:]
+    _record(name, argv)
+    if name in SERVERS:
+        os.execvp("sleep", ["sleep", "600"])  # alive until the harness ends the script's session
+    if name in ("python3", "python"):
+        _python(argv)
+    elif name == "uv":
+        _uv(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Run an upstream InferenceX agentic script for one point under recording stand-ins; return what it started.
+
+The script and its benchmark_lib.sh are copied into InferenceX's tree layout (the script sources
+`$(dirname $0)/../../benchmark_lib.sh`) and run by bash, unchanged, with the env InferenceX's
+launcher and workflow give a point, and a PATH whose first directory holds stand-ins for every
+program the scripts start (tests/helpers/standin.py). Each started program's argv and full env is
+the reference: what InferenceX really runs, from its own code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmx.plan import Point
+
+STANDINS = (
+    "vllm", "lmcache", "vllm-router", "mooncake_master", "aiperf", "python3", "python", "hf", "uv", "git",
+    "nvidia-smi", "curl", "nm", "ldd", "apt-get",
+)  # fmt: skip
+PORT = 8888  # the launchers' srun --export=ALL,PORT=8888
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Which upstream files a seed key's points run (the fixture suffixes name ref and commit)."""
+
+    script: str
+    lib: str
+    model_path: str  # what the key's launcher exports as MODEL_PATH
+
+
+# The reviewed scripts of the two seed keys (fixtures SOURCE.txt): PR #2597's final Kimi-K3 MTP script,
+# and the DeepSeek-V4 B200 script PR #2231 merged, each with its own benchmark_lib.sh.
+SEED_UPSTREAM = {
+    "kimik3-fp4-b300-vllm-agentic-dspark-lmcache": Upstream(
+        "kimik3_fp4_b300_vllm_mtp.pr2597-db0544043.sh",
+        "benchmark_lib.pr2597-db0544043.sh",
+        "/scratch/models/Kimi-K3",  # launch_b300-nv: a STAGED_MODELS entry under HF_HUB_CACHE_MOUNT
+    ),
+    "dsv4-fp4-b200-vllm-agentic-lmcache": Upstream(
+        "dsv4_fp4_b200_vllm.main-01e9e73a2.sh",
+        "benchmark_lib.pr2231.sh",
+        "/lustre/fsw/models/deepseek-v4-pro",  # launch_b200-dgxc's dsv4 fp4 default
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Started:
+    name: str  # the program's name on PATH
+    argv: list[str]  # without the program name
+    env: dict[str, str]  # the whole env it got
+
+    def env_delta(self, base: dict[str, str]) -> dict[str, str]:
+        """What the script (or benchmark_lib.sh) set beyond the launcher's env."""
+        return {k: v for k, v in self.env.items() if base.get(k) != v and k not in _SHELL_NOISE}
+
+
+_SHELL_NOISE = {"SHLVL", "_", "PWD", "OLDPWD", "STANDIN_LOG", "STANDIN_BIN"}
+
+
+@dataclass(frozen=True)
+class Capture:
+    started: list[Started]
+    base_env: dict[str, str]
+    returncode: int
+    log: str
+
+    def named(self, name: str) -> list[Started]:
+        return [s for s in self.started if s.name == name]
+
+
+def launcher_env(point: Point, upstream: Upstream, result_dir: Path, home: Path) -> dict[str, str]:
+    """The env InferenceX's workflow + launcher give the script for this point (INFERENCEX_FLOW.md)."""
+    backend = point.kv_offload_backend
+    assert isinstance(point.conc, int)
+    return {
+        "MODEL": point.model,
+        "MODEL_PATH": upstream.model_path,
+        "MODEL_PREFIX": point.model_prefix,
+        "PRECISION": point.precision,
+        "FRAMEWORK": point.framework,
+        "IMAGE": point.image,
+        "TP": str(point.tp),
+        "PP_SIZE": str(point.pp),
+        "DCP_SIZE": str(point.dcp_size),
+        "PCP_SIZE": str(point.pcp_size),
+        "EP_SIZE": str(point.ep),
+        "DP_ATTENTION": "true" if point.dp_attn else "false",
+        "CONC": str(point.conc),
+        "SPEC_DECODING": point.spec_decoding,
+        "KV_OFFLOADING": point.kv_offloading,
+        "KV_OFFLOAD_BACKEND": backend.name if backend else "",
+        "KV_OFFLOAD_BACKEND_METADATA": json.dumps(backend.model_dump() if backend else {}),
+        "ROUTER_METADATA": "",
+        "TOTAL_CPU_DRAM_GB": str(point.total_cpu_dram_gb),
+        "DURATION": str(point.duration_s or 3600),
+        "RESULT_DIR": str(result_dir),
+        "RESULT_FILENAME": point.exp_name,
+        "EXP_NAME": point.exp_name,
+        "RUNNER_TYPE": point.runner.removeprefix("cluster:"),
+        "SCENARIO_TYPE": point.scenario,
+        "HF_TOKEN": "hf_standin",
+        "HF_HUB_CACHE": str(home / ".cache" / "huggingface"),
+        "EVAL_ONLY": "false",
+        "PORT": str(PORT),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+    }
+
+
+def _stand_ins(bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True)
+    standin = Path(__file__).with_name("standin.py")
+    for name in STANDINS:
+        wrapper = bin_dir / name
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S -E {standin} {name} "$@"\n')
+        wrapper.chmod(0o755)
+
+
+def capture(point: Point, upstream: Upstream, scripts_dir: Path, work: Path, timeout_s: float = 120) -> Capture:
+    """Run the upstream script for `point` with stand-ins; every program it started, in order."""
+    agentic = work / "ix" / "benchmarks" / "single_node" / "agentic"
+    agentic.mkdir(parents=True)
+    script = agentic / f"{point.model_prefix}_{point.precision}_script.sh"
+    script.write_text((scripts_dir / upstream.script).read_text())
+    (work / "ix" / "benchmarks" / "benchmark_lib.sh").write_text((scripts_dir / upstream.lib).read_text())
+    bin_dir, home, workspace = work / "bin", work / "home", work / "workspace"
+    _stand_ins(bin_dir)
+    home.mkdir()
+    workspace.mkdir()
+    log = work / "standin.jsonl"
+    base = launcher_env(point, upstream, work / "result", home)
+    env = {
+        **base,
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "TMPDIR": str(work / "tmp"),
+        "INFMAX_CONTAINER_WORKSPACE": str(workspace),
+        "STANDIN_LOG": str(log),
+        "STANDIN_BIN": str(bin_dir),
+    }
+    (work / "tmp").mkdir()
+    proc = subprocess.Popen(
+        ["bash", str(script)], cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, text=True,
+    )  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        # the stand-in servers the script left running (its own job wrapper would kill them)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    started = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        row = json.loads(line)
+        started.append(Started(row["name"], row["argv"], row["env"]))
+    launcher_base = {**base, "PATH": env["PATH"], "TMPDIR": env["TMPDIR"],
+                     "INFMAX_CONTAINER_WORKSPACE": env["INFMAX_CONTAINER_WORKSPACE"]}  # fmt: skip
+    return Capture(started, launcher_base, proc.returncode, output)

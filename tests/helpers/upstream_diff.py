@@ -1,0 +1,220 @@
+"""Upstream capture vs `slurmx render`, as facts: (process, item) -> value, and the differences between them.
+
+A fact is one flag, one env variable or one provisioning action of one process:
+`engine --port` = "8888", `engine env PYTHONHASHSEED` = "0", `engine --kv-transfer-config
+/kv_connector_module_path` = "lmcache...", `provision pip install` = "lmcache==0.5.1 ...".
+JSON flag values are compared leaf by leaf; numbers compare by value (0.10 == 0.1, 300 == 300.0);
+flag order does not matter to vLLM, LMCache or aiperf and is not compared.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurmx.process import Process
+from tests.helpers.upstream_capture import Capture, Started
+
+# Upstream program -> slurmx process name.
+PROCESS = {"vllm": "engine", "lmcache": "lmcache", "vllm-router": "router", "aiperf": "replay"}
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE]-?\d+)?")
+
+Facts = dict[tuple[str, str], str]
+
+
+def _number(text: str) -> str:
+    if _NUMBER.fullmatch(text):
+        value = float(text)
+        return str(int(value)) if value.is_integer() else repr(value)
+    return text
+
+
+def _leaves(prefix: str, value: Any) -> dict[str, str]:
+    if isinstance(value, dict):
+        out: dict[str, str] = {}
+        for key, sub in value.items():
+            out.update(_leaves(f"{prefix}/{key}", sub))
+        return out
+    if isinstance(value, bool) or value is None:
+        return {prefix: json.dumps(value)}
+    if isinstance(value, (int, float)):
+        return {prefix: _number(str(value))}
+    if isinstance(value, str):
+        return {prefix: value}
+    return {prefix: json.dumps(value, separators=(",", ":"))}
+
+
+def argv_facts(process: str, argv: list[str], paths: Mapping[str, str]) -> Facts:
+    """Flags as facts ('' for a bare flag); positionals by index; JSON values leaf by leaf."""
+    facts: Facts = {}
+    positional = 0
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("--"):
+            name, eq, value = token.partition("=")
+            if not eq:
+                has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+                value = argv[i + 1] if has_value else ""
+                i += 1 if has_value else 0
+            item = name
+            while (process, item) in facts:
+                item += "#"  # a repeated flag
+            if value[:1] in "{[" and value:
+                facts.update({(process, k): v for k, v in _leaves(item, json.loads(value)).items()})
+            else:
+                facts[(process, item)] = _number(_paths(value, paths))
+        else:
+            facts[(process, f"arg{positional}")] = _paths(token, paths)
+            positional += 1
+        i += 1
+    return facts
+
+
+def _paths(value: str, paths: Mapping[str, str]) -> str:
+    for real, placeholder in paths.items():
+        value = value.replace(real, placeholder)
+    return value
+
+
+def env_facts(process: str, env: Mapping[str, str], paths: Mapping[str, str]) -> Facts:
+    return {(process, f"env {k}"): _paths(v, paths) for k, v in env.items()}
+
+
+def _is_import_check(code: str) -> list[str]:
+    statements = [s.strip() for s in code.split(";") if s.strip()]
+    if statements and all(re.fullmatch(r"import [\w.]+", s) for s in statements):
+        return [s.split()[1] for s in statements]
+    return []
+
+
+def provision_facts(started: list[Started], paths: Mapping[str, str]) -> Facts:
+    """What the script installs, checks and downloads before serving (the provisioning step's work)."""
+    facts: Facts = {}
+    for s in started:
+        argv = s.argv
+        if s.name == "python3" and argv[:3] == ["-m", "pip", "install"] and "--help" not in argv:
+            options = sorted(a for a in argv[3:] if a.startswith("-") and a != "--break-system-packages")
+            for spec in (a for a in argv[3:] if not a.startswith("-")):
+                facts[("provision", f"pip install {spec.split('==')[0]}")] = " ".join([spec, *options])
+        elif s.name == "python3" and argv[:1] == ["-c"]:
+            for module in _is_import_check(argv[1]):
+                facts[("provision", f"import-check {module}")] = "ok"
+        elif s.name == "hf" and argv[:1] == ["download"]:
+            repo = next(a for a in argv[1:] if not a.startswith("-") and a not in ("dataset",))
+            where = argv[argv.index("--local-dir") + 1] if "--local-dir" in argv else "hf cache"
+            kind = "dataset" if "--repo-type" in argv else "model"
+            facts[("provision", f"download {kind} {repo}")] = _paths(where, paths)
+        elif s.name == "uv" and argv[:2] == ["pip", "install"]:
+            facts[("provision", "aiperf")] = "isolated venv from the workspace's utils/aiperf (uv)"
+        elif s.name in ("nvidia-smi",):
+            facts[("provision", s.name)] = "run"
+    return facts
+
+
+def upstream_facts(capture: Capture, paths: Mapping[str, str]) -> Facts:
+    facts: Facts = {}
+    for s in capture.started:
+        name = PROCESS.get(s.name)
+        if name is None:
+            continue
+        facts[(name, "program")] = s.name
+        facts.update(argv_facts(name, s.argv, paths))
+        facts.update(env_facts(name, s.env_delta(capture.base_env), paths))
+    facts.update(provision_facts(capture.started, paths))
+    return facts
+
+
+def _unwrap(argv: list[str]) -> list[str]:
+    """The program argv inside the runtime's `srun --container-*` wrapper (the launcher's srun upstream)."""
+    if argv[:1] != ["srun"]:
+        return argv
+    i = 1
+    while argv[i].startswith("-"):
+        i += 1
+    return argv[i:]
+
+
+def slurmx_facts(processes: list[Process], job_env: Mapping[str, str], provision: Facts) -> Facts:
+    facts: Facts = {}
+    for process in processes:
+        argv = _unwrap(process.argv)
+        facts[(process.name, "program")] = Path(argv[0]).name
+        facts.update(argv_facts(process.name, argv[1:], {}))
+        facts.update(env_facts(process.name, {**job_env, **process.env}, {}))
+    facts.update(provision)
+    return facts
+
+
+@dataclass(frozen=True)
+class Difference:
+    process: str
+    item: str
+    upstream: str | None  # None: upstream does not have it
+    slurmx: str | None
+
+    def line(self) -> str:
+        return f"{self.process} {self.item}: upstream {self.upstream!r}, slurmx {self.slurmx!r}"
+
+
+def differences(upstream: Facts, ours: Facts) -> list[Difference]:
+    out = []
+    for key in sorted(set(upstream) | set(ours)):
+        a, b = upstream.get(key), ours.get(key)
+        if a != b:
+            out.append(Difference(key[0], key[1], a, b))
+    return out
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One reviewed row of the table: a difference that is meant, and why."""
+
+    keys: tuple[str, ...]  # config keys it applies to; () for all
+    processes: tuple[str, ...]  # the processes it applies to
+    item: str
+    upstream: str | None
+    slurmx: str | None
+    kind: str
+    why: str
+
+    def covers(self, key: str, diff: Difference) -> bool:
+        return (
+            (not self.keys or key in self.keys)
+            and diff.process in self.processes
+            and (self.item, self.upstream, self.slurmx) == (diff.item, diff.upstream, diff.slurmx)
+        )
+
+
+KINDS = {"review-bug-fixed", "run-time-port", "deliberate", "cluster-layout", "open"}
+
+
+def load_declared(path: Path) -> list[Declared]:
+    rows = yaml.safe_load(path.read_text())["differences"]
+    out = []
+    for n, row in enumerate(rows):
+        assert set(row) <= {"keys", "processes", "item", "upstream", "slurmx", "kind", "why"}, f"row {n}: {row}"
+        assert row["kind"] in KINDS, f"row {n}: kind {row['kind']!r} not in {sorted(KINDS)}"
+        assert row.get("why"), f"row {n}: every declared difference says why"
+
+        def text(value: object) -> str | None:
+            return None if value is None else _number(str(value)) if not isinstance(value, str) else value
+
+        out.append(
+            Declared(
+                keys=tuple(row.get("keys", ())),
+                processes=tuple(row["processes"]),
+                item=row["item"],
+                upstream=text(row["upstream"]),
+                slurmx=text(row["slurmx"]),
+                kind=row["kind"],
+                why=row["why"],
+            )
+        )
+    return out
