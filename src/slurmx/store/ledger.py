@@ -112,6 +112,8 @@ def read_point(point: PointDir) -> PointRecord:
 def _read(model: type[M], path: Path) -> M:
     try:
         return model.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable: {exc}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
