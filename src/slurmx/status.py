@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ class PointStatus:
     reason: str | None
     log: str | None
     log_tail: list[str]
+    failed_nodes: list[str] = field(default_factory=list)  # nodes this point failed on for a node's reason
+    requeues: list[str] = field(default_factory=list)  # how each attempt Slurm requeued had ended
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,6 +150,8 @@ def point_status(
         reason=reason,
         log=str(log) if log else None,
         log_tail=tail(log) if log else [],
+        failed_nodes=list(state.failed_nodes) if state else [],
+        requeues=list(state.requeues) if state else [],
     )
 
 

@@ -147,7 +147,10 @@ def queue_point(point_dir: PointDir, record: PointRecord) -> PointState:
 
     def queued(previous: PointState | None) -> PointState:
         attempt = previous.attempt + 1 if previous else 1
-        return PointState(point_id=record.point_id, attempt=attempt, submitted_at=time.time()).advance("queued")
+        failed_nodes = list(record.slurm_request.exclude)  # decided by submit; kept so status can show them
+        return PointState(
+            point_id=record.point_id, attempt=attempt, submitted_at=time.time(), failed_nodes=failed_nodes
+        ).advance("queued")
 
     return update_state(point_dir.state_json, queued)
 

@@ -35,6 +35,9 @@ class PointState(BaseModel):
     submitted_at: float | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    failed_nodes: list[str] = Field(default_factory=list)  # nodes this point failed on for a node's reason
+    restarts: int = 0  # SLURM_RESTART_COUNT this attempt started with: Slurm's requeues of the same job id
+    requeues: list[str] = Field(default_factory=list)  # one line per requeue: how the attempt before it ended
     history: list[StageChange] = Field(default_factory=list)
 
     def advance(self, stage: Stage, reason: str | None = None) -> PointState:
