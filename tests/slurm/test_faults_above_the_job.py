@@ -65,7 +65,9 @@ def test_a_node_going_down_requeues_the_point_on_the_other_node(slurm_env: Slurm
     slurm_env.submit("nodedown")
     first = slurm_env.wait_for(lambda s: (s["3"]["state"], s["3"]["stage"]) == ("running", "replay"), "nodedown")["3"]
     node = first["node"]
+    # DOWN kills and requeues the job; DRAIN keeps the node out (its slurmd would re-register it at once).
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=slurmx-fault-test"], check=True)
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=slurmx-fault-test"], check=True)
     try:
         again = slurm_env.wait_for(
             lambda s: s["3"]["attempt"] == 2 and (s["3"]["state"], s["3"]["stage"]) == ("running", "replay"),

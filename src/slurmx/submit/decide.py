@@ -40,7 +40,7 @@ def decide(resolved: list[Resolved], tree: ResultsTree, sweep: SweepDir, mode: M
         active = f"{job.state.lower()} as job {job.job_id}" if job is not None and job.active else None
         action, why = _one(item, state, active, tree, sweep, mode)
         if action == "submit" and mode.only_failed and state is not None:
-            item, refusal = _away_from_bad_nodes(item, state, job)
+            item, refusal = away_from_bad_nodes(item, state, job)
             if refusal:
                 action, why = "skip", refusal
             elif item.request.exclude:
@@ -49,7 +49,7 @@ def decide(resolved: list[Resolved], tree: ResultsTree, sweep: SweepDir, mode: M
     return decisions
 
 
-def _away_from_bad_nodes(item: Resolved, state: PointState, job: JobInfo | None) -> tuple[Resolved, str | None]:
+def away_from_bad_nodes(item: Resolved, state: PointState, job: JobInfo | None) -> tuple[Resolved, str | None]:
     """The point's request with every node it failed on for a node's reason excluded, or why not to retry."""
     bad = set(state.failed_nodes)
     if state.node and (state.reason or "").removeprefix("not run: ").startswith("preflight:"):
