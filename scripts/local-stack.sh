@@ -53,8 +53,9 @@ base_python() {
     done
   fi
   [[ -n "$py" ]] || die "no Python 3.11 found (set SLURMX_BASE_PYTHON)"
-  # resolve shims (pyenv) to the real interpreter so the venv does not depend on the shim
-  "$py" -c 'import sys; print(sys.executable)'
+  # The real base interpreter: through pyenv shims, and out of an active venv (a venv first on PATH
+  # is the same Python; naming its path would make the stamps look stale and rebuild 5 GB of venvs).
+  "$py" -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))'
 }
 
 hash_of() { sha256sum | cut -c1-16; }

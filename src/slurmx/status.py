@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmx.errors import UserError
 from slurmx.slurm.accounting import JobInfo, Query, query_jobs
-from slurmx.store.ledger import PointRecord, Sweep, read_point, read_sweep
-from slurmx.store.state import read_state
+from slurmx.store.ledger import PointRecord, read_point, read_sweep
+from slurmx.store.state import PointState, load_state
 from slurmx.store.tree import PointDir, SweepDir
 
 # Slurm's terminal states, in the words status shows.
@@ -25,6 +26,7 @@ _SLURM_END = {
     "BOOT_FAIL": "node failure",
     "DEADLINE": "timeout",
 }
+UNREADABLE = "unreadable"  # a ledger file that does not parse: shown with its path, never a traceback
 ENDED = frozenset({"completed", "failed", "cancelled", "timeout", "node failure", "preempted", "out of memory"})
 
 
@@ -35,7 +37,7 @@ class PointStatus:
     point_id: str
     parallelism: str
     backend: str
-    conc: int | list[int]
+    conc: int | list[int] | None
     state: str
     stage: str | None
     node: str | None
@@ -45,13 +47,15 @@ class PointStatus:
     reason: str | None
     log: str | None
     log_tail: list[str]
+    failed_nodes: list[str] = field(default_factory=list)  # nodes this point failed on for a node's reason
+    requeues: list[str] = field(default_factory=list)  # how each attempt Slurm requeued had ended
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
     def ended(self) -> bool:
-        return self.state in ENDED or self.state == "not submitted"
+        return self.state in ENDED or self.state in ("not submitted", UNREADABLE)
 
 
 def _elapsed(text: str | None) -> float | None:
@@ -85,8 +89,17 @@ def explaining_log(sweep: SweepDir, point: PointDir, job_id: str | None) -> Path
     return None
 
 
-def point_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: dict[str, JobInfo]) -> PointStatus:
-    state = read_state(point.state_json)
+def unreadable(sweep: SweepDir, point_id: str, problem: str) -> PointStatus:
+    return PointStatus(
+        config_key=sweep.config_key, sweep_id=sweep.sweep_id, point_id=point_id, parallelism="-", backend="-",
+        conc=None, state=UNREADABLE, stage=None, node=None, elapsed_s=None, attempt=None, job_id=None,
+        reason=problem, log=None, log_tail=[],
+    )  # fmt: skip
+
+
+def point_status(
+    sweep: SweepDir, record: PointRecord, point: PointDir, jobs: dict[str, JobInfo], state: PointState | None
+) -> PointStatus:
     job = jobs.get(state.job_id) if state and state.job_id else None
     stage = state.stage if state else None
     reason = state.reason if state else None
@@ -107,6 +120,8 @@ def point_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: di
         if label == "completed":  # stage "done" was handled above
             label = "failed"
             reason = reason or f"job ended while the point was at stage {stage}"
+        elif stage == "queued":  # ended before the body could record anything: Slurm's word is the reason
+            reason = reason or f"the job ended ({job.state}) before its body started"
     elif stage in ("failed", "cancelled"):
         label = stage
     elif state.job_id is None:
@@ -135,35 +150,55 @@ def point_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: di
         reason=reason,
         log=str(log) if log else None,
         log_tail=tail(log) if log else [],
+        failed_nodes=list(state.failed_nodes) if state else [],
+        requeues=list(state.requeues) if state else [],
     )
 
 
 @dataclass
 class SweepStatus:
-    sweep: Sweep
     path: SweepDir
     points: list[PointStatus]
+    problem: str | None = None  # sweep.json unreadable: the sweep is listed with this, its points are not
+
+    @property
+    def config_key(self) -> str:
+        return self.path.config_key
+
+    @property
+    def sweep_id(self) -> str:
+        return self.path.sweep_id
+
+
+def _load(sweep_dir: SweepDir) -> tuple[SweepStatus, list[tuple[PointRecord, PointDir, PointState | None]]]:
+    """What the tree says of one sweep; every unreadable file becomes a status with its path and why."""
+    try:
+        sweep = read_sweep(sweep_dir)
+    except UserError as exc:
+        return SweepStatus(sweep_dir, [unreadable(sweep_dir, "-", str(exc))], str(exc)), []
+    status = SweepStatus(sweep_dir, [])
+    readable = []
+    for point_id in sweep.point_ids:
+        point = sweep_dir.point(point_id)
+        if not point.point_json.exists():
+            continue
+        state, problem = load_state(point.state_json)
+        try:
+            record = read_point(point)
+        except UserError as exc:
+            problem = str(exc)
+        if problem:
+            status.points.append(unreadable(sweep_dir, point_id, problem))
+            continue
+        readable.append((record, point, state))
+    return status, readable
 
 
 def sweep_statuses(sweeps: Iterable[SweepDir]) -> tuple[list[SweepStatus], Query]:
     """Statuses of every point of `sweeps`, with ONE accounting query for all of them."""
-    loaded: list[tuple[SweepDir, Sweep, list[tuple[PointRecord, PointDir]]]] = []
-    job_ids: list[str] = []
-    for sweep_dir in sweeps:
-        sweep = read_sweep(sweep_dir)
-        records = []
-        for point_id in sweep.point_ids:
-            point = sweep_dir.point(point_id)
-            if not point.point_json.exists():
-                continue
-            records.append((read_point(point), point))
-            state = read_state(point.state_json)
-            if state and state.job_id:
-                job_ids.append(state.job_id)
-        loaded.append((sweep_dir, sweep, records))
+    loaded = [_load(sweep_dir) for sweep_dir in sweeps]
+    job_ids = [state.job_id for _, readable in loaded for _, _, state in readable if state and state.job_id]
     query = query_jobs(job_ids)
-    result = [
-        SweepStatus(sweep, sweep_dir, [point_status(sweep_dir, rec, pt, query.jobs) for rec, pt in records])
-        for sweep_dir, sweep, records in loaded
-    ]
-    return result, query
+    for status, readable in loaded:
+        status.points += [point_status(status.path, rec, pt, query.jobs, st) for rec, pt, st in readable]
+    return [status for status, _ in loaded], query

@@ -82,16 +82,12 @@ def run(args: argparse.Namespace) -> int:
         collection = col.collect(sweeps, on_file=advance, files=listed)
 
     written: list[Path] = []
-    for sr in collection.sweeps:
-        if not sr.rows and not sr.skipped:
-            continue
-        col.write_summaries(sr)
-        written += [sr.sweep.summary_csv, sr.sweep.summary_json]
-        if args.format == "inferencex":
-            path = col.inferencex_path(sr.sweep)
-            atomic.write_json(path, col.inferencex_list(sr.rows))
-            written.append(path)
-    plot_note = None if args.no_plots else _plots(collection, written)
+    try:
+        _write_beside_sweeps(args, collection, written)
+        plot_note = None if args.no_plots else _plots(collection, written)
+    except (atomic.StorageError, OSError) as exc:
+        # a read-only or full results tree: the table is still worth printing
+        plot_note = f"summaries and plots not written beside the sweeps: {exc}"
     if args.csv:
         atomic.write_text(args.csv, col.csv_text(col.sorted_rows(collection.rows)))
         written.append(args.csv)
@@ -101,6 +97,18 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `slurmx collect | head` is fine; silence the flush at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def _write_beside_sweeps(args: argparse.Namespace, collection: col.Collection, written: list[Path]) -> None:
+    for sr in collection.sweeps:
+        if not sr.rows and not sr.skipped:
+            continue
+        col.write_summaries(sr)
+        written += [sr.sweep.summary_csv, sr.sweep.summary_json]
+        if args.format == "inferencex":
+            path = col.inferencex_path(sr.sweep)
+            atomic.write_json(path, col.inferencex_list(sr.rows))
+            written.append(path)
 
 
 def _report(

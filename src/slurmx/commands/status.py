@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from slurmx import paths
-from slurmx.status import SweepStatus, sweep_statuses
+from slurmx.status import UNREADABLE, SweepStatus, sweep_statuses
 from slurmx.store.targets import resolve
 from slurmx.store.tree import ResultsTree, SweepDir
 
@@ -23,6 +23,7 @@ _STYLE = {
     "running": "cyan",
     "pending": "yellow",
     "failed": "red",
+    "unreadable": "red",
     "timeout": "red",
     "cancelled": "magenta",
     "node failure": "red",
@@ -55,7 +56,10 @@ def render(statuses: list[SweepStatus], source: str) -> Group:
         for p in sweep.points:
             counts[p.state] = counts.get(p.state, 0) + 1
         summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        table = Table(title=f"{sweep.sweep.config_key}  sweep {sweep.sweep.sweep_id}: {summary}", title_justify="left")
+        if sweep.problem:
+            parts.append(Text(f"{sweep.config_key}  sweep {sweep.sweep_id}: {sweep.problem}", style="red"))
+            continue
+        table = Table(title=f"{sweep.config_key}  sweep {sweep.sweep_id}: {summary}", title_justify="left")
         for column in ("point id", "parallelism", "backend", "conc", "state", "stage", "node", "elapsed", "try", "job"):
             table.add_column(column, no_wrap=True)
         for p in sweep.points:
@@ -76,9 +80,15 @@ def render(statuses: list[SweepStatus], source: str) -> Group:
             )
         parts.append(table)
         for p in sweep.points:
-            if p.state in ("failed", "timeout", "node failure", "out of memory", "cancelled", "preempted") and (
-                p.reason or p.log_tail
-            ):
+            if p.state in (
+                "failed",
+                "timeout",
+                "node failure",
+                "out of memory",
+                "cancelled",
+                "preempted",
+                UNREADABLE,
+            ) and (p.reason or p.log_tail):
                 text = Text(
                     f"{p.point_id} {p.state}: {p.reason or 'no reason recorded'}\n", style=_STYLE.get(p.state, "")
                 )

@@ -32,6 +32,10 @@ class SlurmProfile(_Model):
     share_server: bool = False  # one job runs all concurrencies of a serving config on one server
     signal_delay_s: PositiveInt = 120  # SIGUSR2 this long before the time limit, so teardown runs
     cpus_per_task: PositiveInt | None = None
+    # A point that failed for a node's reason on this many nodes is not resubmitted by --only-failed.
+    max_node_failures: PositiveInt = 3
+    # A job Slurm requeued more often than this (node failures, preemption) stops instead of running again.
+    max_requeues: int = Field(default=3, ge=0)
 
     @model_validator(mode="after")
     def _signal_after_start(self) -> Self:

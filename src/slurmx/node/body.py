@@ -9,8 +9,9 @@ from __future__ import annotations
 import signal
 import time
 
+from slurmx.node import procscan
 from slurmx.node.command_body import run_command_point
-from slurmx.node.recorder import StageRecorder, job_marker
+from slurmx.node.recorder import StageRecorder, job_marker, restart_count, slurm_job_id
 from slurmx.node.serving_body import Member, run_group
 from slurmx.node.supervisor import JobInterrupted, Supervisor
 from slurmx.runtimes import runtime_for
@@ -26,7 +27,23 @@ def run_points(sweep: SweepDir, point_ids: list[str]) -> dict[str, str]:
     members = []
     for point_id in point_ids:
         point = sweep.point(point_id)
-        members.append(Member(point, read_point(point), StageRecorder(point)))
+        member = Member(point, read_point(point), StageRecorder(point))
+        if restart_count() and member.recorder.state.stage == "done":
+            outcomes[point_id] = "done"  # a requeued job: this point finished in the run before
+            continue
+        members.append(member)
+    if not members:
+        return outcomes
+    if restart_count():
+        _end_earlier_run(members[0].recorder)
+        slurm = members[0].record.cluster_profile.slurm
+        if slurm is not None and restart_count() > slurm.max_requeues:
+            why = f"requeued {restart_count()} times by Slurm, over the profile's max-requeues {slurm.max_requeues}"
+            for member in members:
+                member.recorder.started()
+                member.recorder.stage("failed", why)
+                outcomes[member.record.point_id] = why
+            return outcomes
     members[0].recorder.started()
     first = members[0].record
     runtime = runtime_for(first.cluster_profile, first.point.image)
@@ -54,6 +71,17 @@ def run_points(sweep: SweepDir, point_ids: list[str]) -> dict[str, str]:
                 member.recorder.stage("failed", f"{exc.__class__.__name__}: {exc}".splitlines()[0])
         raise
     return outcomes
+
+
+def _end_earlier_run(recorder: StageRecorder) -> None:
+    """A requeued job may land where its earlier run left processes: end them before starting over."""
+    job_id = slurm_job_id()
+    if not job_id:
+        return
+    leftovers = procscan.earlier_attempts(f"{job_id}-", job_marker())
+    for proc in leftovers:
+        procscan.send(proc.pid, signal.SIGKILL)
+    procscan.wait_gone([p.pid for p in leftovers], 10.0)
 
 
 def _await_time_limit(bound_s: float = 600.0) -> None:

@@ -64,6 +64,35 @@ def has_marker(pid: int, marker: str) -> bool:
     return f"{MARKER_ENV}={marker}".encode() in environ.split(b"\0")
 
 
+def marker_of(pid: int) -> str | None:
+    """The process's SLURMX_JOB_MARKER, or None."""
+    try:
+        environ = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    prefix = f"{MARKER_ENV}=".encode()
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode(errors="replace")
+    return None
+
+
+def earlier_attempts(job_marker_prefix: str, current_marker: str) -> list[ProcInfo]:
+    """Live processes of an earlier run of the same Slurm job (a requeue on this node): their markers
+    start with the job id, and they are not this run's."""
+    spared = self_and_ancestors()
+    found = []
+    for pid in _pids():
+        if pid in spared:
+            continue
+        marker = marker_of(pid)
+        if marker is not None and marker.startswith(job_marker_prefix) and marker != current_marker:
+            proc = info(pid)
+            if proc is not None and proc.state != "Z":
+                found.append(proc)
+    return found
+
+
 def info(pid: int) -> ProcInfo | None:
     stat = read_stat(pid)
     if stat is None:

@@ -25,6 +25,18 @@ def job_marker() -> str:
     return f"{slurm_job_id() or 'local'}-{os.getpid()}"
 
 
+def restart_count() -> int:
+    """How often Slurm requeued this job (node failure, preemption, scontrol requeue)."""
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        return 0
+
+
+# What a point's directory holds of one attempt; a requeue moves it under attempts/<n>/ first.
+ATTEMPT_FILES = ("logs", "commands", "aiperf", "trace.jsonl", "teardown.json", "result.json")
+
+
 class StageRecorder:
     """Writes stage changes of one point to its state.json (under the state's lock)."""
 
@@ -47,8 +59,30 @@ class StageRecorder:
         fields: dict[str, object] = {"node": node, "reason": None}
         if job_id := slurm_job_id():
             fields["job_id"] = job_id
+        restarts = restart_count()
+        if restarts > self.state.restarts:
+            fields |= self._new_attempt(restarts)
         self._update(**fields)
         self.stage("preflight")
+
+    def _new_attempt(self, restarts: int) -> dict[str, object]:
+        """Slurm requeued the job: keep the earlier attempt's files, and start this one clean."""
+        before = self.state
+        archive = self.point.path / "attempts" / str(before.attempt)
+        for name in ATTEMPT_FILES:
+            source = self.point.path / name
+            if source.exists() or source.is_symlink():
+                archive.mkdir(parents=True, exist_ok=True)
+                source.rename(archive / name)
+        how = before.reason or f"stage {before.stage}"
+        return {
+            "attempt": before.attempt + 1,
+            "restarts": restarts,
+            "requeues": [*before.requeues, f"attempt {before.attempt} requeued by Slurm (restart {restarts}): {how}"],
+            "started_at": None,
+            "ended_at": None,
+            "ended_by": None,
+        }
 
     def ended_by(self, signal_name: str, reason: str) -> None:
         self._update(ended_by=signal_name)

@@ -468,7 +468,7 @@ class Supervisor:
         (log.info if report.clean else log.warning)("%s", line)
         try:
             atomic.write_json(self.report_path, report.to_dict())
-        except OSError as exc:
+        except atomic.StorageError as exc:
             log.warning("could not write %s: %s", self.report_path, exc)
 
     def _group_is_ours(self, m: Managed) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from slurmx.slurm.commands import SlurmUnavailable, run_slurm
 
+NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})  # the node, not the job, ended it
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING"})
 
 

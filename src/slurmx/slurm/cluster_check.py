@@ -70,7 +70,11 @@ def why_unrunnable(request: SlurmRequest, partitions: set[str], nodes: list[Node
     """The reason no node of the cluster can ever run `request`, or None if one can."""
     if request.partition not in partitions:
         return f"partition {request.partition!r} does not exist (have: {', '.join(sorted(partitions)) or 'none'})"
-    candidates = [n for n in nodes if request.partition in n.partitions]
+    candidates = [n for n in nodes if request.partition in n.partitions and n.name not in request.exclude]
+    if not candidates and request.exclude:
+        return (
+            f"every node of partition {request.partition!r} is excluded ({','.join(request.exclude)} failed this point)"
+        )
     gpu_type = request.gres_type or ""
     with_gpus = [
         n

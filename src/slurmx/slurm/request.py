@@ -22,6 +22,7 @@ class SlurmRequest(BaseModel):
     account: str | None = None
     qos: str | None = None
     cpus_per_task: int | None = None
+    exclude: tuple[str, ...] = ()  # nodes this point failed on for a node's reason (sbatch --exclude)
 
     @property
     def gres(self) -> str:
@@ -40,6 +41,8 @@ class SlurmRequest(BaseModel):
         if self.exclusive:
             parts.append("excl")
         parts.append(f"{self.time_limit_min}m")
+        if self.exclude:
+            parts.append(f"--exclude {','.join(self.exclude)}")
         return " ".join(parts)
 
 

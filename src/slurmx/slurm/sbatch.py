@@ -47,6 +47,7 @@ def slurm_parameters(plan: ArrayPlan) -> dict[str, Any]:
         "qos": request.qos,
         "cpus_per_task": request.cpus_per_task,
         "exclusive": True if request.exclusive else None,
+        "exclude": ",".join(request.exclude) or None,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params

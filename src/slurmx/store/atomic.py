@@ -2,26 +2,51 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from slurmx.errors import UserError
+
+
+class StorageError(UserError):
+    """The results tree could not be written (disk full, read-only, no permission): one line, exit 1."""
+
+    exit_code = 1
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(f"{path}: cannot write: {exc.strerror or exc}")
+        self.path = path
+        self.errno = exc.errno
+
 
 def write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write to a temporary name beside `path`, fsync, rename; on any failure the old file stays whole."""
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.fchmod(fd, 0o644)  # a shared results tree: readable by every user, like a plain open()
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        _discard(tmp)
+        raise StorageError(path, exc) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _discard(tmp)
         raise
+
+
+def _discard(tmp: str | None) -> None:
+    if tmp is not None:
+        with contextlib.suppress(OSError):  # a read-only or vanished directory: there is nothing to clean
+            Path(tmp).unlink(missing_ok=True)
 
 
 def write_json(path: Path, data: Any) -> None:

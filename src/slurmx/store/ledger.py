@@ -112,6 +112,8 @@ def read_point(point: PointDir) -> PointRecord:
 def _read(model: type[M], path: Path) -> M:
     try:
         return model.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable: {exc}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -145,7 +147,10 @@ def queue_point(point_dir: PointDir, record: PointRecord) -> PointState:
 
     def queued(previous: PointState | None) -> PointState:
         attempt = previous.attempt + 1 if previous else 1
-        return PointState(point_id=record.point_id, attempt=attempt, submitted_at=time.time()).advance("queued")
+        failed_nodes = list(record.slurm_request.exclude)  # decided by submit; kept so status can show them
+        return PointState(
+            point_id=record.point_id, attempt=attempt, submitted_at=time.time(), failed_nodes=failed_nodes
+        ).advance("queued")
 
     return update_state(point_dir.state_json, queued)
 

@@ -35,6 +35,9 @@ class PointState(BaseModel):
     submitted_at: float | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    failed_nodes: list[str] = Field(default_factory=list)  # nodes this point failed on for a node's reason
+    restarts: int = 0  # SLURM_RESTART_COUNT this attempt started with: Slurm's requeues of the same job id
+    requeues: list[str] = Field(default_factory=list)  # one line per requeue: how the attempt before it ended
     history: list[StageChange] = Field(default_factory=list)
 
     def advance(self, stage: Stage, reason: str | None = None) -> PointState:
@@ -54,10 +57,21 @@ class PointState(BaseModel):
 
 
 def read_state(path: Path) -> PointState | None:
+    """The point's state; None when there is none, or when the file cannot be read (see state_problem)."""
+    return load_state(path)[0]
+
+
+def load_state(path: Path) -> tuple[PointState | None, str | None]:
+    """(state, None), (None, None) when the file does not exist, or (None, why) for a corrupt or unreadable one."""
     try:
-        return PointState.model_validate_json(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
+        return PointState.model_validate_json(path.read_text(encoding="utf-8")), None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{path}: unreadable: {exc}"
+    except ValueError as exc:
+        first = str(exc).splitlines()[1] if len(str(exc).splitlines()) > 1 else str(exc)
+        return None, f"{path}: not a valid state file ({first.strip()})"
 
 
 @contextmanager

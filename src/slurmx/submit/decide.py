@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from slurmx.recipes.spec import ServingSpec
-from slurmx.slurm.accounting import query_jobs
+from slurmx.slurm.accounting import NODE_FAILURES, JobInfo, query_jobs
 from slurmx.store.ledger import read_point
 from slurmx.store.state import PointState, read_state
 from slurmx.store.tree import ResultsTree, SweepDir
@@ -30,16 +30,40 @@ class Mode:
 
 def decide(resolved: list[Resolved], tree: ResultsTree, sweep: SweepDir, mode: Mode) -> list[Decision]:
     states = {r.point.point_id: read_state(sweep.point(r.point.point_id).state_json) for r in resolved}
-    unfinished = [s.job_id for s in states.values() if s and s.job_id and not s.ended]
-    jobs = query_jobs(unfinished).jobs if unfinished else {}
+    # --only-failed also asks about ended jobs: a node failure is only in Slurm's record
+    asked = [s.job_id for s in states.values() if s and s.job_id and (mode.only_failed or not s.ended)]
+    jobs = query_jobs(asked).jobs if asked else {}
     decisions = []
     for item in resolved:
         state = states[item.point.point_id]
         job = jobs.get(state.job_id) if state and state.job_id else None
         active = f"{job.state.lower()} as job {job.job_id}" if job is not None and job.active else None
         action, why = _one(item, state, active, tree, sweep, mode)
+        if action == "submit" and mode.only_failed and state is not None:
+            item, refusal = away_from_bad_nodes(item, state, job)
+            if refusal:
+                action, why = "skip", refusal
+            elif item.request.exclude:
+                why += f"; not on {','.join(item.request.exclude)}"
         decisions.append(Decision(item, action, why))
     return decisions
+
+
+def away_from_bad_nodes(item: Resolved, state: PointState, job: JobInfo | None) -> tuple[Resolved, str | None]:
+    """The point's request with every node it failed on for a node's reason excluded, or why not to retry."""
+    bad = set(state.failed_nodes)
+    if state.node and (state.reason or "").removeprefix("not run: ").startswith("preflight:"):
+        bad.add(state.node)  # the node itself was unfit (GPUs, memory, tools, leftovers)
+    if job is not None and job.state in NODE_FAILURES and job.node:
+        bad.add(job.node)
+    limit = item.profile.slurm.max_node_failures if item.profile.slurm else 0
+    if len(bad) >= limit:
+        return (
+            item,
+            f"failed on {len(bad)} node(s) ({','.join(sorted(bad))}), max-node-failures is {limit}: not resubmitted",
+        )
+    request = item.request.model_copy(update={"exclude": tuple(sorted(bad))})
+    return replace(item, request=request), None
 
 
 def _one(
