@@ -45,6 +45,9 @@ class PointStatus:
     reason: str | None
     log: str | None
     log_tail: list[str]
+    repeat: int = 1  # the repeat this row's state describes (the one still active or failed, when any)
+    repeats: int = 1  # runs asked for (`submit --repeats`)
+    repeats_done: int = 0  # runs that completed with a result
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,6 +141,23 @@ def point_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: di
     )
 
 
+# Which repeat speaks for a point: one still running or queued, else one that ended badly, else the first.
+_SPEAKS_FIRST = ("running", "pending", "unsubmitted", "queued", "unknown")
+
+
+def repeated_status(sweep: SweepDir, record: PointRecord, point: PointDir, jobs: dict[str, JobInfo]) -> PointStatus:
+    """A point over all its repeats: the state of the repeat that matters most, and repeats done/total."""
+    runs = [point_status(sweep, record, point.repeat_dir(n), jobs) for n in range(1, record.repeats + 1)]
+    for n, run in enumerate(runs, 1):
+        run.repeat, run.repeats = n, record.repeats
+    done = sum(1 for r in runs if r.state == "completed")
+    active = [r for r in runs if r.state in _SPEAKS_FIRST]
+    bad = [r for r in runs if r.state not in ("completed", "not submitted")]
+    speaker = (active or bad or runs)[0]
+    speaker.repeats_done = done
+    return speaker
+
+
 @dataclass
 class SweepStatus:
     sweep: Sweep
@@ -156,14 +176,16 @@ def sweep_statuses(sweeps: Iterable[SweepDir]) -> tuple[list[SweepStatus], Query
             point = sweep_dir.point(point_id)
             if not point.point_json.exists():
                 continue
-            records.append((read_point(point), point))
-            state = read_state(point.state_json)
-            if state and state.job_id:
-                job_ids.append(state.job_id)
+            record = read_point(point)
+            records.append((record, point))
+            for n in range(1, record.repeats + 1):
+                state = read_state(point.repeat_dir(n).state_json)
+                if state and state.job_id:
+                    job_ids.append(state.job_id)
         loaded.append((sweep_dir, sweep, records))
     query = query_jobs(job_ids)
     result = [
-        SweepStatus(sweep, sweep_dir, [point_status(sweep_dir, rec, pt, query.jobs) for rec, pt in records])
+        SweepStatus(sweep, sweep_dir, [repeated_status(sweep_dir, rec, pt, query.jobs) for rec, pt in records])
         for sweep_dir, sweep, records in loaded
     ]
     return result, query

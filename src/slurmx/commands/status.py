@@ -56,7 +56,9 @@ def render(statuses: list[SweepStatus], source: str) -> Group:
             counts[p.state] = counts.get(p.state, 0) + 1
         summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         table = Table(title=f"{sweep.sweep.config_key}  sweep {sweep.sweep.sweep_id}: {summary}", title_justify="left")
-        for column in ("point id", "parallelism", "backend", "conc", "state", "stage", "node", "elapsed", "try", "job"):
+        repeated = any(p.repeats > 1 for p in sweep.points)
+        columns = ("point id", "parallelism", "backend", "conc", "state", "stage", "node", "elapsed", "try", "job")
+        for column in (*columns, *(("repeats done",) if repeated else ())):
             table.add_column(column, no_wrap=True)
         for p in sweep.points:
             state = Text(p.state, style=_STYLE.get(p.state, ""))
@@ -73,14 +75,17 @@ def render(statuses: list[SweepStatus], source: str) -> Group:
                 _fmt_elapsed(p.elapsed_s),
                 str(p.attempt or "-"),
                 p.job_id or "-",
+                *((f"{p.repeats_done}/{p.repeats}",) if repeated else ()),
             )
         parts.append(table)
         for p in sweep.points:
             if p.state in ("failed", "timeout", "node failure", "out of memory", "cancelled", "preempted") and (
                 p.reason or p.log_tail
             ):
+                which = f" repeat {p.repeat}" if p.repeats > 1 else ""
                 text = Text(
-                    f"{p.point_id} {p.state}: {p.reason or 'no reason recorded'}\n", style=_STYLE.get(p.state, "")
+                    f"{p.point_id}{which} {p.state}: {p.reason or 'no reason recorded'}\n",
+                    style=_STYLE.get(p.state, ""),
                 )
                 if p.log:
                     text.append(f"  last lines of {p.log}:\n", style="dim")

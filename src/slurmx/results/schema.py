@@ -223,6 +223,9 @@ class SlurmxMeta(_Strict):
     incomplete_reason: str | None = None  # aiperf's `incomplete_reason` when it set is_complete false
     aiperf_error_count: int | None = None  # aiperf's own error count (error_summary), for cross-checking
     engine_metrics_source: MetricsSource = "none"
+    repeat: int = 1  # which run of the point this is (`submit --repeats`); part of the result's identity
+    repeats: int = 1  # how many runs were asked for
+    repeat_mode: Literal["separate-tasks", "shared-server"] | None = None  # how the repeats ran
 
 
 class Result(_Strict):
