@@ -18,7 +18,7 @@ from slurmx import __version__
 from slurmx.results.collect import SweepResults, arm_order
 from slurmx.results.compare import Comparison, describe
 from slurmx.results.repeats import METRIC, METRICS, PointAggregate
-from slurmx.results.stats import Estimate
+from slurmx.results.stats import Estimate, Ratio
 from slurmx.store import atomic
 from slurmx.store.state import read_state
 from slurmx.store.tree import SweepDir
@@ -187,6 +187,19 @@ def _cell(est: Estimate | None, spec: str) -> dict[str, str]:
     }
 
 
+def _ratio_cell(r: Ratio | None) -> dict[str, Any]:
+    if r is None:
+        return {"text": "-", "ci": "", "noise": False}
+    if r.lo is None or r.hi is None:
+        return {"text": f"{r.value:.2f}x", "ci": f"n={r.n}", "noise": False}
+    ci = f"[{r.lo:.2f}, {r.hi:.2f}]{' paired' if r.paired else ''}"
+    return {
+        "text": "within noise" if r.within_noise else f"{r.value:.2f}x",
+        "ci": f"{r.value:.2f}x {ci}" if r.within_noise else ci,
+        "noise": r.within_noise,
+    }
+
+
 def _table(aggs: list[PointAggregate]) -> list[dict[str, Any]]:
     rows = []
     for a in aggs:
@@ -195,10 +208,7 @@ def _table(aggs: list[PointAggregate]) -> list[dict[str, Any]]:
             "parallelism": v["parallelism"], "arm": v["arm"], "conc": v["conc"], "point_id": v["point_id"],
             "n": f"{a.n}/{a.repeats_planned}", "mode": a.repeat_mode or "-",
             "cells": [_cell(a.estimates.get(m.key), m.spec) for m in METRICS],
-            "ratios": [
-                {"text": r.text(), "noise": r.within_noise} if (r := a.ratios.get(key)) is not None else {"text": "-", "noise": False}
-                for key in ("tput_per_gpu", "ttft_p90_s")
-            ],
+            "ratios": [_ratio_cell(a.ratios.get(key)) for key in ("tput_per_gpu", "ttft_p90_s")],
         })  # fmt: skip
     return rows
 
