@@ -12,5 +12,5 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -q --progress-bar off --upgrade pip >&2
 fi
 # Editable install of *this* checkout: CI clones elsewhere, so this runs every time (seconds when cached).
-"$venv/bin/pip" install -q --progress-bar off -e "$here[test,plots]" >&2
+"$venv/bin/pip" install -q --progress-bar off -e "$here[test,plots,report]" >&2
 echo "$venv/bin"

@@ -49,6 +49,9 @@ class PointStatus:
     log_tail: list[str]
     failed_nodes: list[str] = field(default_factory=list)  # nodes this point failed on for a node's reason
     requeues: list[str] = field(default_factory=list)  # how each attempt Slurm requeued had ended
+    repeat: int = 1  # the repeat this row's state describes (the one still active or failed, when any)
+    repeats: int = 1  # runs asked for (`submit --repeats`)
+    repeats_done: int = 0  # runs that completed with a result
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,6 +158,25 @@ def point_status(
     )
 
 
+# Which repeat speaks for a point: one still running or queued, else one that ended badly, else the first.
+_SPEAKS_FIRST = ("running", "pending", "unsubmitted", "queued", "unknown")
+
+
+def repeated_status(
+    sweep: SweepDir, record: PointRecord, point: PointDir, jobs: dict[str, JobInfo], states: list[PointState | None]
+) -> PointStatus:
+    """A point over all its repeats: the state of the repeat that matters most, and repeats done/total."""
+    runs = [point_status(sweep, record, point.repeat_dir(n), jobs, states[n - 1]) for n in range(1, record.repeats + 1)]
+    for n, run in enumerate(runs, 1):
+        run.repeat, run.repeats = n, record.repeats
+    done = sum(1 for r in runs if r.state == "completed")
+    active = [r for r in runs if r.state in _SPEAKS_FIRST]
+    bad = [r for r in runs if r.state not in ("completed", "not submitted")]
+    speaker = (active or bad or runs)[0]
+    speaker.repeats_done = done
+    return speaker
+
+
 @dataclass
 class SweepStatus:
     path: SweepDir
@@ -170,7 +192,7 @@ class SweepStatus:
         return self.path.sweep_id
 
 
-def _load(sweep_dir: SweepDir) -> tuple[SweepStatus, list[tuple[PointRecord, PointDir, PointState | None]]]:
+def _load(sweep_dir: SweepDir) -> tuple[SweepStatus, list[tuple[PointRecord, PointDir, list[PointState | None]]]]:
     """What the tree says of one sweep; every unreadable file becomes a status with its path and why."""
     try:
         sweep = read_sweep(sweep_dir)
@@ -182,23 +204,25 @@ def _load(sweep_dir: SweepDir) -> tuple[SweepStatus, list[tuple[PointRecord, Poi
         point = sweep_dir.point(point_id)
         if not point.point_json.exists():
             continue
-        state, problem = load_state(point.state_json)
         try:
             record = read_point(point)
         except UserError as exc:
-            problem = str(exc)
+            status.points.append(unreadable(sweep_dir, point_id, str(exc)))
+            continue
+        loads = [load_state(point.repeat_dir(n).state_json) for n in range(1, record.repeats + 1)]
+        problem = next((why for _, why in loads if why), None)
         if problem:
             status.points.append(unreadable(sweep_dir, point_id, problem))
             continue
-        readable.append((record, point, state))
+        readable.append((record, point, [state for state, _ in loads]))
     return status, readable
 
 
 def sweep_statuses(sweeps: Iterable[SweepDir]) -> tuple[list[SweepStatus], Query]:
     """Statuses of every point of `sweeps`, with ONE accounting query for all of them."""
     loaded = [_load(sweep_dir) for sweep_dir in sweeps]
-    job_ids = [state.job_id for _, readable in loaded for _, _, state in readable if state and state.job_id]
+    job_ids = [st.job_id for _, readable in loaded for _, _, states in readable for st in states if st and st.job_id]
     query = query_jobs(job_ids)
     for status, readable in loaded:
-        status.points += [point_status(status.path, rec, pt, query.jobs, st) for rec, pt, st in readable]
+        status.points += [repeated_status(status.path, rec, pt, query.jobs, sts) for rec, pt, sts in readable]
     return [status for status, _ in loaded], query

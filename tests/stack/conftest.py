@@ -134,10 +134,11 @@ class StackEnv:
         out, err = self.capsys.readouterr()
         return code, out, err
 
-    def submit(self, key: str) -> dict[str, Any]:
+    def submit(self, key: str, *extra: str) -> dict[str, Any]:
         code, out, err = self.slurmx(
             "submit",
             key,
+            *extra,
             "--json",
             "--results",
             str(self.results),

@@ -37,22 +37,37 @@ def _pip_versions(venv: str, *names: str) -> dict[str, str]:
     return versions
 
 
+REPEATS = 3
+
+
 def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None:
+    """Two arms x two concurrencies, each point run three times (back to back on its arm's shared server):
+    12 replays, every one valid, and collect shows each point's 95% interval."""
     shutil.copy(ROOT / "configs/local-master.yaml", stack_env.configs / f"{KEY}-master.yaml")
-    report = stack_env.submit(KEY)
+    report = stack_env.submit(KEY, "--repeats", str(REPEATS))
     assert report["sbatch-calls"] == 1
+    assert len(report["points"]) == 4 * REPEATS and {p["repeat"] for p in report["points"]} == {1, 2, 3}
     status = stack_env.wait_for(
-        KEY, lambda s: all(p["state"] in ("completed", "failed", "cancelled", "timeout") for p in s)
+        KEY, lambda s: all(p["state"] in ("completed", "failed", "cancelled", "timeout") for p in s), timeout_s=1500
     )
     assert [p["state"] for p in status] == ["completed"] * 4, json.dumps(status, indent=1)
+    assert [(p["repeats_done"], p["repeats"]) for p in status] == [(REPEATS, REPEATS)] * 4
 
     sweep = Path(report["sweep-path"])
     for point in status:
+        for repeat in range(1, REPEATS + 1):
+            rdir = sweep / "points" / point["point_id"] / ("" if repeat == 1 else f"repeats/{repeat}")
+            result = Result.model_validate_json((rdir / "result.json").read_text())
+            assert gate.check(result) is None
+            assert result.slurmx is not None and result.slurmx.point_id == point["point_id"]
+            assert (result.slurmx.repeat, result.slurmx.repeats, result.slurmx.repeat_mode) == (
+                repeat,
+                REPEATS,
+                "shared-server",
+            )
         pdir = sweep / "points" / point["point_id"]
         result = Result.model_validate_json((pdir / "result.json").read_text())
-        assert gate.check(result) is None
         assert result.num_requests_successful >= 12 and result.request_metrics.throughput.total is not None
-        assert result.slurmx is not None and result.slurmx.point_id == point["point_id"]
         engine_cmd = (pdir / "commands" / "engine.txt").read_text()
         assert "--enable-auto-tool-choice" in engine_cmd and "--tool-call-parser" in engine_cmd
         assert "PYTHONHASHSEED=0" in engine_cmd  # one env policy for every arm
@@ -92,6 +107,22 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
     assert code == 0, err
     assert (sweep / "summary.csv").exists() and (sweep / "summary.json").exists()
     summary = json.loads((sweep / "summary.json").read_text())
-    assert len(summary["rows"]) == 4
+    assert len(summary["rows"]) == 4 * REPEATS
     for row in summary["rows"]:
         assert row["valid"] and (row["tier_hit_rate"] > 0 if row["arm"] == "lmcache" else not row["tier_hit_rate"])
+    collected = json.loads(out)
+    aggregates = collected["aggregates"]
+    assert len(aggregates) == 4 and all(a["repeats"] == REPEATS for a in aggregates)
+    for a in aggregates:
+        for metric in ("tput_per_gpu", "ttft_p90_s", "ttft_p50_s", "intvty_p50", "e2el_p90_s"):
+            m = a["metrics"][metric]
+            assert m["n"] == REPEATS and m["ci95_lo"] <= m["mean"] <= m["ci95_hi"], (metric, m)
+        if a["arm"] != "none":
+            assert a["ratios"]["tput_per_gpu"]["ci95_lo"] is not None and not a["ratios"]["tput_per_gpu"]["paired"]
+        # the measured noise on this machine, for the record (pytest -s shows it)
+        print(f"noise {a['arm']} conc {a['conc']}: "
+              + ", ".join(f"{k} ±{a['metrics'][k]['ci95_half_width_pct']:.1f}%" for k in ("tput_per_gpu", "ttft_p50_s", "ttft_p90_s")))  # fmt: skip
+    assert (sweep / "report.html").exists() and (sweep / "aggregates.json").exists()
+    code, out, err = stack_env.slurmx("collect", KEY, "--results", str(stack_env.results))
+    assert code == 0, err
+    assert "95% intervals" in out and f"{REPEATS}/{REPEATS}" in out, out

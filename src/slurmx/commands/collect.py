@@ -1,9 +1,13 @@
 """`slurmx collect`: gather result.json files into a comparison table, summaries and plots.
 
 Every result.json is validated against the schema and the validity gate; one that is not counted is
-listed with its path and reason, and the newest valid result of each point id wins. Beside each
-sweep: summary.csv, summary.json, plots/*.png (and agg_<key>.json with --format inferencex).
-Exit 0 (also when there is nothing to collect yet), 2 for a KEY or SWEEP that does not exist.
+listed with its path and reason, and the newest valid result of each point id and repeat wins. Beside
+each sweep: summary.csv, summary.json, aggregates.json (means and 95% intervals over repeats),
+report.html, plots/*.png (and agg_<key>.json with --format inferencex).
+--compare BASELINE (an earlier sweep, a results directory, or InferenceX aggregate JSON files) gives
+each matching point's change per metric: better, worse or within noise.
+Exit 0 (also when there is nothing to collect yet), 1 when --fail-on-regression's threshold was
+crossed, 2 for a KEY, SWEEP or BASELINE that does not exist.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from slurmx import paths
+from slurmx.commands import collect_stats as stats
 from slurmx.errors import UserError
 from slurmx.results import collect as col
+from slurmx.results.compare import load_baseline, parse_threshold
+from slurmx.results.repeats import has_repeats
 from slurmx.store import atomic
 from slurmx.store.targets import find_sweeps
 from slurmx.store.tree import ResultsTree
@@ -55,6 +62,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="inferencex: also write InferenceX's agg_<key>.json (a list of aggregates) beside each sweep",
     )
     parser.add_argument("--no-plots", action="store_true", help="do not write plots/*.png")
+    parser.add_argument("--no-report", action="store_true", help="do not write report.html")
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="BASELINE",
+        help="compare with an earlier sweep (KEY/SWEEP or SWEEP), a results directory, or InferenceX agg_*.json files",
+    )
+    parser.add_argument(
+        "--fail-on-regression",
+        metavar="PCT",
+        help="with --compare: exit 1 when a point got worse beyond noise by more than PCT (e.g. 5%%)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -66,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
         known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         hint = f" (keys under {root}: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''})" if known else ""
         raise UserError(f"no config key or sweep named {', '.join(missing)} in {root}{hint}")
+    threshold = parse_threshold(args.fail_on_regression) if args.fail_on_regression else None
+    if threshold is not None and not args.compare:
+        raise UserError("--fail-on-regression needs --compare BASELINE")
+    baseline = load_baseline(args.compare, tree) if args.compare else None
+    if baseline is not None:  # the baseline's own sweeps are not part of this run
+        sweeps = [s for s in sweeps if s.path not in {b.path for b in baseline.sweeps}]
     err = Console(stderr=True)
     listed = {s.path: col.result_files(s) for s in sweeps}
     files = sum(len(v) for v in listed.values())
@@ -85,18 +110,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         _write_beside_sweeps(args, collection, written)
         plot_note = None if args.no_plots else _plots(collection, written)
+        extras = stats.finish(collection, written, baseline, threshold, report=not args.no_report)
     except (atomic.StorageError, OSError) as exc:
         # a read-only or full results tree: the table is still worth printing
         plot_note = f"summaries and plots not written beside the sweeps: {exc}"
+        extras = stats.finish(collection, [], baseline, threshold, report=False, write=False)
     if args.csv:
         atomic.write_text(args.csv, col.csv_text(col.sorted_rows(collection.rows)))
         written.append(args.csv)
 
     try:
-        _report(args, collection, root, written, plot_note, err)
+        _report(args, collection, root, written, plot_note, err, extras)
     except BrokenPipeError:  # `slurmx collect | head` is fine; silence the flush at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+    return 1 if extras.regressed else 0
 
 
 def _write_beside_sweeps(args: argparse.Namespace, collection: col.Collection, written: list[Path]) -> None:
@@ -118,14 +145,24 @@ def _report(
     written: list[Path],
     plot_note: str | None,
     err: Console,
+    extras: stats.Extras,
 ) -> None:
     if args.json:
-        _print_json(collection, root, written, plot_note)
+        _print_json(collection, root, written, plot_note, extras.json())
     else:
-        _print_tables(collection)
+        if has_repeats(extras.all):
+            stats.print_intervals(extras.all)
+        else:
+            _print_tables(collection)
+        if extras.comparison is not None:
+            stats.print_comparison(extras.comparison)
         _print_skipped(err, collection)
-        if plot_note:
-            err.print(plot_note)
+        for note in (plot_note, extras.report_note):
+            if note:
+                err.print(note)
+        for path in written:
+            if path.name == "report.html":
+                err.print(f"report: {path}", soft_wrap=True, markup=False, highlight=False)
         shown = ", ".join(_short(p, root) for p in written[:6]) + (" ..." if len(written) > 6 else "")
         err.print(f"wrote {len(written)} file(s): {shown}", soft_wrap=True, markup=False, highlight=False)
 
@@ -283,7 +320,9 @@ def _print_skipped(err: Console, collection: col.Collection) -> None:
             err.print(f"  {s.path}: {s.reason}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _print_json(collection: col.Collection, root: Path, written: list[Path], plot_note: str | None) -> None:
+def _print_json(
+    collection: col.Collection, root: Path, written: list[Path], plot_note: str | None, extra: dict[str, Any]
+) -> None:
     out = {
         "root": str(root),
         "sweeps": [
@@ -302,6 +341,7 @@ def _print_json(collection: col.Collection, root: Path, written: list[Path], plo
     }
     if plot_note:
         out["note"] = plot_note
+    out.update(extra)
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

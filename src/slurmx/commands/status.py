@@ -60,7 +60,9 @@ def render(statuses: list[SweepStatus], source: str) -> Group:
             parts.append(Text(f"{sweep.config_key}  sweep {sweep.sweep_id}: {sweep.problem}", style="red"))
             continue
         table = Table(title=f"{sweep.config_key}  sweep {sweep.sweep_id}: {summary}", title_justify="left")
-        for column in ("point id", "parallelism", "backend", "conc", "state", "stage", "node", "elapsed", "try", "job"):
+        repeated = any(p.repeats > 1 for p in sweep.points)
+        columns = ("point id", "parallelism", "backend", "conc", "state", "stage", "node", "elapsed", "try", "job")
+        for column in (*columns, *(("repeats done",) if repeated else ())):
             table.add_column(column, no_wrap=True)
         for p in sweep.points:
             state = Text(p.state, style=_STYLE.get(p.state, ""))
@@ -77,6 +79,7 @@ def render(statuses: list[SweepStatus], source: str) -> Group:
                 _fmt_elapsed(p.elapsed_s),
                 str(p.attempt or "-"),
                 p.job_id or "-",
+                *((f"{p.repeats_done}/{p.repeats}",) if repeated else ()),
             )
         parts.append(table)
         for p in sweep.points:
@@ -89,8 +92,10 @@ def render(statuses: list[SweepStatus], source: str) -> Group:
                 "preempted",
                 UNREADABLE,
             ) and (p.reason or p.log_tail):
+                which = f" repeat {p.repeat}" if p.repeats > 1 else ""
                 text = Text(
-                    f"{p.point_id} {p.state}: {p.reason or 'no reason recorded'}\n", style=_STYLE.get(p.state, "")
+                    f"{p.point_id}{which} {p.state}: {p.reason or 'no reason recorded'}\n",
+                    style=_STYLE.get(p.state, ""),
                 )
                 if p.log:
                     text.append(f"  last lines of {p.log}:\n", style="dim")

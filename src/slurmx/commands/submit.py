@@ -34,6 +34,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode.add_argument("--only-failed", action="store_true", help="rerun only failed, cancelled and timed-out points")
     parser.add_argument("--results", type=Path, metavar="DIR", help="results tree (default: ./results)")
     parser.add_argument("--max-parallel", type=int, metavar="N", help="array parallelism cap (default: the profile's)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each point N times (separate array tasks, or back to back on a shared server); "
+        "collect reports means and 95%% intervals",
+    )
     parser.add_argument("--json", action="store_true", help="print what was submitted and skipped as JSON")
     add_config_options(parser)
     parser.set_defaults(func=run)
@@ -45,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     tree = ResultsTree(args.results or paths.default_results())
     mode = Mode(force=args.force, only_failed=args.only_failed)
     reports = [
-        submit_key(key, inputs, tree, mode, dry_run=args.dry_run, max_parallel=args.max_parallel)
+        submit_key(key, inputs, tree, mode, dry_run=args.dry_run, max_parallel=args.max_parallel, repeats=args.repeats)
         for key in inputs.config_keys()
     ]
     if args.json:
@@ -66,11 +74,13 @@ def _print_report(console: Console, report: KeyReport, dry_run: bool) -> None:
         )
         console.file.write(f"{array.sbatch_script}\n")
     table = Table(title=f"{report.config_key}  sweep {report.sweep_id}", title_justify="left")
-    for column in ("point id", "exp-name", "action", "why"):
+    repeated = any(d.repeat > 1 for d in report.decisions)
+    for column in ("point id", *(("repeat",) if repeated else ()), "exp-name", "action", "why"):
         table.add_column(column, no_wrap=True)
     for d in report.decisions:
         action = ("would submit" if dry_run else "submitted") if d.action == "submit" else "skipped"
-        table.add_row(d.item.point.point_id, d.item.point.exp_name, action, d.why)
+        repeat = (str(d.repeat),) if repeated else ()
+        table.add_row(d.item.point.point_id, *repeat, d.item.point.exp_name, action, d.why)
     console.print(table)
     for array in report.arrays if not dry_run else []:
         console.print(f"array job {array_id(array.job_ids)}: {array.tasks} task(s) asking {array.request}")

@@ -21,15 +21,16 @@ from slurmx.store.tree import SweepDir
 TEARDOWN_GRACE_S = 4.0  # below Slurm's KillWait, so our KILL comes before Slurm's
 
 
-def run_points(sweep: SweepDir, point_ids: list[str]) -> dict[str, str]:
-    """Outcome per point: "done" or the one-line reason it did not finish."""
+def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
+    """Outcome per member (a point id, or "<point-id>.r<n>" for its repeat n): "done" or the one-line reason
+    it did not finish."""
     outcomes: dict[str, str] = {}
     members = []
-    for point_id in point_ids:
-        point = sweep.point(point_id)
+    for member_id in member_ids:
+        point = sweep.member(member_id)
         member = Member(point, read_point(point), StageRecorder(point))
         if restart_count() and member.recorder.state.stage == "done":
-            outcomes[point_id] = "done"  # a requeued job: this point finished in the run before
+            outcomes[member_id] = "done"  # a requeued job: this point finished in the run before
             continue
         members.append(member)
     if not members:
@@ -42,7 +43,7 @@ def run_points(sweep: SweepDir, point_ids: list[str]) -> dict[str, str]:
             for member in members:
                 member.recorder.started()
                 member.recorder.stage("failed", why)
-                outcomes[member.record.point_id] = why
+                outcomes[member.point.member_id] = why
             return outcomes
     members[0].recorder.started()
     first = members[0].record
@@ -62,7 +63,7 @@ def run_points(sweep: SweepDir, point_ids: list[str]) -> dict[str, str]:
         for member in members:
             if not member.recorder.ended:
                 member.recorder.ended_by(name, why)
-                outcomes[member.record.point_id] = why
+                outcomes[member.point.member_id] = why
         if exc.signum == signal.SIGUSR2:
             _await_time_limit()
     except Exception as exc:  # a bug, not a point's failure: record it, then let the job fail

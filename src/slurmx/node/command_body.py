@@ -27,7 +27,7 @@ def run_command_point(
         if code != 0:
             raise PointFailed(f"command exited with code {code} (see logs/{name}.log)")
         recorder.stage("done")
-        outcomes[record.point_id] = "done"
+        outcomes[recorder.point.member_id] = "done"
     except PointFailed as exc:
         recorder.stage("failed", str(exc))
-        outcomes[record.point_id] = str(exc)
+        outcomes[recorder.point.member_id] = str(exc)

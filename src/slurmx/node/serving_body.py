@@ -178,7 +178,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
     started = time.time()
     try:
         with Supervisor(
-            member.point.path, f"{member.record.point_id}-replay", grace_s=REPLAY_TEARDOWN_GRACE_S
+            member.point.path, f"{member.point.member_id}-replay", grace_s=REPLAY_TEARDOWN_GRACE_S
         ) as replay_sup:
             managed = replay_sup.start("replay", process.argv, process.env, base_env=dict(os.environ))
             deadline = time.monotonic() + spec.duration_s + REPLAY_GRACE_S
@@ -260,6 +260,10 @@ def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
     except ArtifactError as exc:
         raise PointFailed(f"replay artifacts unusable: {exc}") from exc
     assert result.slurmx is not None
+    # the repeat is part of the result's identity; the point id stays the point's
+    result.slurmx.repeat = member.point.repeat
+    result.slurmx.repeats = member.record.repeats
+    result.slurmx.repeat_mode = member.record.repeat_mode
     reason = gate.check(result, max_error_rate=member.spec.replay.failed_request_threshold)
     result.slurmx.invalid_reason = reason
     result.slurmx.labels = gate.labels(result) if reason is None else []
@@ -277,7 +281,7 @@ def run_group(members: list[Member], supervisor: Supervisor, outcomes: dict[str,
     except PointFailed as exc:
         for member in members:
             member.recorder.stage("failed", str(exc) if member is first else f"not run: {exc}")
-            outcomes[member.record.point_id] = str(exc)
+            outcomes[member.point.member_id] = str(exc)
         return
     for index, member in enumerate(members):
         try:
@@ -290,8 +294,8 @@ def run_group(members: list[Member], supervisor: Supervisor, outcomes: dict[str,
             window = run_replay(member, servers, runtime)
             aggregate(member, window, servers)
             member.recorder.stage("done")
-            outcomes[member.record.point_id] = "done"
+            outcomes[member.point.member_id] = "done"
         except (PointFailed, SupervisorError) as exc:
             reason = str(exc).splitlines()[0]
             member.recorder.stage("failed", reason)
-            outcomes[member.record.point_id] = reason
+            outcomes[member.point.member_id] = reason

@@ -23,7 +23,7 @@ from slurmx.plan import parallelism_label
 from slurmx.results import gate
 from slurmx.results.schema import Result
 from slurmx.store import atomic
-from slurmx.store.tree import SweepDir
+from slurmx.store.tree import PointDir, SweepDir
 
 RESULT_NAME = "result.json"
 BASELINE_ARM = "none"
@@ -103,7 +103,16 @@ def result_files(sweep: SweepDir) -> list[Path]:
             candidate = Path(entry.path) / RESULT_NAME
             if candidate.exists():
                 out.append(candidate)
+            out.extend(_repeat_files(Path(entry.path) / "repeats"))
     return out
+
+
+def _repeat_files(repeats: Path) -> list[Path]:
+    """repeats/<n>/result.json of one point (`submit --repeats`), in repeat order."""
+    if not repeats.is_dir():
+        return []
+    found = [d / RESULT_NAME for d in repeats.iterdir() if d.name.isdigit() and (d / RESULT_NAME).exists()]
+    return sorted(found, key=lambda f: int(f.parent.name))
 
 
 def read_result(path: Path) -> tuple[Result | None, str | None]:
@@ -142,7 +151,7 @@ def collect(
 
     `files` (sweep path -> result files) saves a second walk when the caller already listed them."""
     out: list[SweepResults] = []
-    newest: dict[tuple[str, str], Row] = {}
+    newest: dict[tuple[str, str, int], Row] = {}
     for sweep in sweeps:
         sr = SweepResults(sweep)
         out.append(sr)
@@ -154,12 +163,12 @@ def collect(
                 sr.skipped.append(Skipped(path, reason or "invalid"))
                 continue
             row = Row(path, sweep.config_key, sweep.sweep_id, result, flatten(result, path, sweep))
-            if result.slurmx is not None and result.slurmx.point_id != path.parent.name:
+            if result.slurmx is not None and result.slurmx.point_id != PointDir(path.parent).point_id:
                 sr.skipped.append(
                     Skipped(path, f"point id {result.slurmx.point_id} in the file does not match its directory")
                 )
                 continue
-            key = (sweep.config_key, row.point_id)
+            key = (sweep.config_key, row.point_id, row.values["repeat"])
             previous = newest.get(key)
             if previous is None or _stamp(row) > _stamp(previous):
                 newest[key] = row
@@ -257,6 +266,8 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:
         "attempt": meta.attempt if meta else None,
         "ended_at": meta.ended_at if meta else None,
         "path": str(path),
+        "repeat": meta.repeat if meta else 1,
+        "repeat_mode": meta.repeat_mode if meta else None,
     }
 
 
@@ -277,8 +288,9 @@ def add_ratios(rows: list[Row]) -> None:
         if len(arms) < 2:
             continue
         base_arm = arms[0]
-        base = next(r for r in members if r.values["arm"] == base_arm)
+        bases = {r.values["repeat"]: r for r in members if r.values["arm"] == base_arm}
         for row in members:
+            base = bases.get(row.values["repeat"]) or next(iter(bases.values()))  # the same repeat where it ran
             row.values["baseline_arm"] = base_arm
             row.values["tput_ratio"] = _ratio(row.values["tput_per_gpu"], base.values["tput_per_gpu"])
             row.values["ttft_p90_ratio"] = _ratio(row.values["ttft_p90_s"], base.values["ttft_p90_s"])
@@ -325,6 +337,7 @@ CSV_COLUMNS = (
     "invalid_reason", "labels", "engine_version", "backend_version", "image", "baseline_arm", "tput_ratio",
     "ttft_p90_ratio",
     "slurm_job_id", "node", "attempt", "ended_at", "path",
+    "repeat", "repeat_mode",
 )  # fmt: skip
 
 

@@ -260,6 +260,9 @@ class SlurmxMeta(_Strict):
     evidence: ArmEvidence | None = None
     invalid_reason: str | None = None  # set when the validity gate refused the point (the file is kept)
     labels: list[str] = Field(default_factory=list)  # e.g. "offload not exercised": valid, but say so
+    repeat: int = 1  # which run of the point this is (`submit --repeats`); part of the result's identity
+    repeats: int = 1  # how many runs were asked for
+    repeat_mode: Literal["separate-tasks", "shared-server"] | None = None  # how the repeats ran
 
 
 class Result(_Strict):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -25,6 +25,10 @@ from slurmx.store.state import PointState, update_state
 from slurmx.store.tree import PointDir, SweepDir
 
 M = TypeVar("M", bound=BaseModel)
+
+# How a point's repeats ran: each its own array task, or back to back on one shared server (caches reset
+# between them). Arms' repeats of the same index are paired only when they ran as separate tasks, round by round.
+RepeatMode = Literal["separate-tasks", "shared-server"]
 
 
 def sweep_id_for(config_key: str, points: list[Point]) -> str:
@@ -77,6 +81,8 @@ class PointRecord(BaseModel):
     cluster_profile: ClusterProfile
     slurm_request: SlurmRequest
     serving: ServingSpec | None = None  # None for a runtime that serves nothing (kind command)
+    repeats: int = 1  # how many times the point runs (`submit --repeats`)
+    repeat_mode: RepeatMode = "separate-tasks"
 
     @property
     def point_id(self) -> str:

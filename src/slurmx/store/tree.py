@@ -2,6 +2,10 @@
 
 results/<config-key>/<sweep-id>/sweep.json
 results/<config-key>/<sweep-id>/points/<point-id>/{point.json,state.json,result.json,commands/,logs/,aiperf/}
+results/<config-key>/<sweep-id>/points/<point-id>/repeats/<n>/{state.json,result.json,...}   repeat n >= 2
+
+Repeat 1 of a point is the point's own directory, so a sweep without repeats looks as it always did.
+An array task names what it runs by member id: the point id, or "<point-id>.r<n>" for repeat n >= 2.
 """
 
 from __future__ import annotations
@@ -10,18 +14,55 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+_REPEATS = "repeats"
+_MEMBER_SEP = ".r"
+
+
+def member_id(point_id: str, repeat: int = 1) -> str:
+    return point_id if repeat == 1 else f"{point_id}{_MEMBER_SEP}{repeat}"
+
+
+def parse_member(member: str) -> tuple[str, int]:
+    """(point id, repeat) of a member id."""
+    point_id, sep, repeat = member.rpartition(_MEMBER_SEP)
+    if sep and repeat.isdigit():
+        return point_id, int(repeat)
+    return member, 1
+
 
 @dataclass(frozen=True)
 class PointDir:
+    """One repeat of a point: repeat 1 is the point's directory, repeat n >= 2 lies under its repeats/."""
+
     path: Path
 
     @property
+    def _is_repeat(self) -> bool:
+        return self.path.parent.name == _REPEATS and self.path.name.isdigit()
+
+    @property
+    def root(self) -> Path:
+        """The point's own directory (repeat 1's), where point.json lives."""
+        return self.path.parent.parent if self._is_repeat else self.path
+
+    @property
     def point_id(self) -> str:
-        return self.path.name
+        return self.root.name
+
+    @property
+    def repeat(self) -> int:
+        return int(self.path.name) if self._is_repeat else 1
+
+    @property
+    def member_id(self) -> str:
+        return member_id(self.point_id, self.repeat)
+
+    def repeat_dir(self, repeat: int) -> PointDir:
+        return PointDir(self.root if repeat == 1 else self.root / _REPEATS / str(repeat))
 
     @property
     def point_json(self) -> Path:
-        return self.path / "point.json"
+        return self.root / "point.json"
 
     @property
     def state_json(self) -> Path:
@@ -72,8 +113,12 @@ class SweepDir:
     def lock(self) -> Path:
         return self.path.parent / ".submit.lock"
 
-    def point(self, point_id: str) -> PointDir:
-        return PointDir(self.path / "points" / point_id)
+    def point(self, point_id: str, repeat: int = 1) -> PointDir:
+        return PointDir(self.path / "points" / point_id).repeat_dir(repeat)
+
+    def member(self, member: str) -> PointDir:
+        """The directory of an array task's member id (a point id, or "<point-id>.r<n>")."""
+        return self.point(*parse_member(member))
 
     def points(self) -> Iterator[PointDir]:
         root = self.path / "points"
@@ -93,6 +138,15 @@ class SweepDir:
     @property
     def plots(self) -> Path:
         return self.path / "plots"
+
+    @property
+    def aggregates_json(self) -> Path:
+        """Per point: every repeat's values, their mean and interval, and the arm ratios (written by collect)."""
+        return self.path / "aggregates.json"
+
+    @property
+    def report_html(self) -> Path:
+        return self.path / "report.html"
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,13 @@ class KeyReport:
                 {"request": a.request, "tasks": a.tasks, "array-job-id": array_id(a.job_ids)} for a in self.arrays
             ],
             "points": [
-                {"point-id": d.item.point.point_id, "action": d.action, "why": d.why, "exp-name": d.item.point.exp_name}
+                {
+                    "point-id": d.item.point.point_id,
+                    "repeat": d.repeat,
+                    "action": d.action,
+                    "why": d.why,
+                    "exp-name": d.item.point.exp_name,
+                }
                 for d in self.decisions
             ],
         }
@@ -78,16 +84,29 @@ def check_cluster(resolved: list[Resolved]) -> None:
 
 
 def submit_key(
-    key: str, inputs: Inputs, tree: ResultsTree, mode: Mode, *, dry_run: bool = False, max_parallel: int | None = None
+    key: str,
+    inputs: Inputs,
+    tree: ResultsTree,
+    mode: Mode,
+    *,
+    dry_run: bool = False,
+    max_parallel: int | None = None,
+    repeats: int = 1,
 ) -> KeyReport:
+    if repeats < 1:
+        raise UserError(f"--repeats {repeats}: must be 1 or more")
     points = inputs.key_points(key)
     resolved = resolve_points(points, inputs)
     sweep = sweep_dir(tree, key, inputs)
     report = KeyReport(key, sweep.sweep_id, str(sweep.path))
     with locked(tree.key_lock(key)):
-        report.decisions = decide(resolved, tree, sweep, mode)
-        chosen = [d.item for d in report.decisions if d.action == "submit"]
-        plans = array_plans(chosen, sweep.submitit, max_parallel)
+        report.decisions = decide(resolved, tree, sweep, mode, repeats)
+        runs: dict[str, list[int]] = {}
+        for d in report.decisions:
+            if d.action == "submit":
+                runs.setdefault(d.item.point.point_id, []).append(d.repeat)
+        chosen = [r for r in resolved if r.point.point_id in runs]
+        plans = array_plans(chosen, sweep.submitit, max_parallel, runs)
         if dry_run:
             report.arrays = [
                 ArrayReport(p.request.summary(), len(p.groups), sbatch_script=render_sbatch(p)) for p in plans
@@ -100,7 +119,11 @@ def submit_key(
         record = ledger.new_sweep(sweep, points, inputs.masters.files, inputs.clusters.path, profile)
         ledger.write_sweep(sweep, record)
         for item in chosen:
-            ledger.queue_point(sweep.point(item.point.point_id), item.record(sweep.sweep_id))
+            point_dir = sweep.point(item.point.point_id)
+            # a later submit without --repeats keeps the count an earlier one asked for (status shows it)
+            planned = max(repeats, ledger.read_point(point_dir).repeats if point_dir.point_json.exists() else 1)
+            for repeat in runs[item.point.point_id]:
+                ledger.queue_point(point_dir.repeat_dir(repeat), item.record(sweep.sweep_id, planned))
         for plan in plans:
             report.arrays.append(_submit_one(plan, sweep, record))
     return report
@@ -115,8 +138,8 @@ def _submit_one(plan: ArrayPlan, sweep: SweepDir, record: ledger.Sweep) -> Array
     ledger.write_sweep(sweep, record)
     job_ids = submit_array(plan, run_job, str(sweep.path))
     for group, job_id in zip(plan.groups, job_ids, strict=True):
-        for point_id in group:
-            ledger.record_job_id(sweep.point(point_id), job_id)
+        for member in group:
+            ledger.record_job_id(sweep.member(member), job_id)
     submission.array_job_id = array_id(job_ids)
     submission.sbatch_calls = 1
     ledger.write_sweep(sweep, record)

@@ -20,6 +20,7 @@ class Decision:
     item: Resolved
     action: Action
     why: str
+    repeat: int = 1  # which run of the point (`submit --repeats`), 1 for the first
 
 
 @dataclass(frozen=True)
@@ -28,24 +29,28 @@ class Mode:
     only_failed: bool = False  # rerun failed, cancelled and timed-out points only
 
 
-def decide(resolved: list[Resolved], tree: ResultsTree, sweep: SweepDir, mode: Mode) -> list[Decision]:
-    states = {r.point.point_id: read_state(sweep.point(r.point.point_id).state_json) for r in resolved}
+def decide(
+    resolved: list[Resolved], tree: ResultsTree, sweep: SweepDir, mode: Mode, repeats: int = 1
+) -> list[Decision]:
+    """One decision per point and repeat (1..repeats), each repeat judged by its own state."""
+    runs = [(r, n) for r in resolved for n in range(1, repeats + 1)]
+    states = {(r.point.point_id, n): read_state(sweep.point(r.point.point_id, n).state_json) for r, n in runs}
     # --only-failed also asks about ended jobs: a node failure is only in Slurm's record
     asked = [s.job_id for s in states.values() if s and s.job_id and (mode.only_failed or not s.ended)]
     jobs = query_jobs(asked).jobs if asked else {}
     decisions = []
-    for item in resolved:
-        state = states[item.point.point_id]
+    for item, repeat in runs:
+        state = states[(item.point.point_id, repeat)]
         job = jobs.get(state.job_id) if state and state.job_id else None
         active = f"{job.state.lower()} as job {job.job_id}" if job is not None and job.active else None
-        action, why = _one(item, state, active, tree, sweep, mode)
+        action, why = _one(item, state, active, tree, sweep, mode, repeat)
         if action == "submit" and mode.only_failed and state is not None:
             item, refusal = away_from_bad_nodes(item, state, job)
             if refusal:
                 action, why = "skip", refusal
             elif item.request.exclude:
                 why += f"; not on {','.join(item.request.exclude)}"
-        decisions.append(Decision(item, action, why))
+        decisions.append(Decision(item, action, why, repeat))
     return decisions
 
 
@@ -67,7 +72,13 @@ def away_from_bad_nodes(item: Resolved, state: PointState, job: JobInfo | None) 
 
 
 def _one(
-    item: Resolved, state: PointState | None, active: str | None, tree: ResultsTree, sweep: SweepDir, mode: Mode
+    item: Resolved,
+    state: PointState | None,
+    active: str | None,
+    tree: ResultsTree,
+    sweep: SweepDir,
+    mode: Mode,
+    repeat: int = 1,
 ) -> tuple[Action, str]:
     if active is not None:
         return "skip", active
@@ -75,7 +86,7 @@ def _one(
         return "submit", "queued but never reached sbatch"
     if mode.force:
         return "submit", "--force"
-    done_elsewhere = _done_in_other_sweep(tree, item, sweep)
+    done_elsewhere = _done_in_other_sweep(tree, item, sweep) if repeat == 1 else None
     if (state is not None and state.stage == "done") or done_elsewhere:
         why = "done" if not done_elsewhere else f"done in sweep {done_elsewhere}"
         if _serving_changed(sweep, item.point.point_id, item.serving):

@@ -12,7 +12,7 @@ from slurmx.recipes.resolve import missing_implementation, resolve
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
 from slurmx.slurm.request import SlurmRequest, slurm_request
-from slurmx.store.ledger import PointRecord, labels_of
+from slurmx.store.ledger import PointRecord, RepeatMode, labels_of
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,14 @@ class Resolved:
     request: SlurmRequest
     serving: ServingSpec | None  # None when the runtime serves nothing (kind command)
 
-    def record(self, sweep_id: str) -> PointRecord:
+    @property
+    def repeat_mode(self) -> RepeatMode:
+        """Repeats share the point's server when the profile shares servers, else each is its own task."""
+        return (
+            "shared-server" if self.profile.slurm is not None and self.profile.slurm.share_server else "separate-tasks"
+        )
+
+    def record(self, sweep_id: str, repeats: int = 1) -> PointRecord:
         return PointRecord(
             point=self.point,
             sweep_id=sweep_id,
@@ -30,6 +37,8 @@ class Resolved:
             cluster_profile=self.profile,
             slurm_request=self.request,
             serving=self.serving,
+            repeats=repeats,
+            repeat_mode=self.repeat_mode,
         )
 
 

@@ -1,0 +1,272 @@
+"""report.html beside a sweep's summary: one self-contained page (jinja2 template, matplotlib PNGs embedded
+as base64), readable without a network: the arms table with intervals, the Pareto and TTFT plots with
+error bars, invalid points with their reasons, the versions that ran, and the comparison when asked.
+
+jinja2 and matplotlib are optional (extra `report`); `available()` says whether both import.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from slurmx import __version__
+from slurmx.results.collect import SweepResults, arm_order
+from slurmx.results.compare import Comparison, describe
+from slurmx.results.repeats import METRIC, METRICS, PointAggregate
+from slurmx.results.stats import Estimate, Ratio
+from slurmx.store import atomic
+from slurmx.store.state import read_state
+from slurmx.store.tree import SweepDir
+
+TEMPLATE = "report.html.j2"
+
+
+def available() -> bool:
+    try:
+        import jinja2  # noqa: F401
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str
+    reason: str
+
+
+def problems(sr: SweepResults) -> list[Problem]:
+    """Result files not counted, and repeats that ended without a result (their state's reason)."""
+    out = [Problem(str(s.path.relative_to(sr.sweep.path)), s.reason) for s in sr.skipped if s.kind == "invalid"]
+    for point in sr.sweep.points():
+        dirs = [point, *(point.repeat_dir(int(d.name)) for d in sorted((point.path / "repeats").glob("[0-9]*")))]
+        for run in dirs:
+            state = read_state(run.state_json)
+            if state is not None and state.stage in ("failed", "cancelled") and not run.result_json.exists():
+                where = point.point_id + (f" repeat {run.repeat}" if run.repeat > 1 else "")
+                out.append(Problem(where, f"{state.stage}: {state.reason or 'no reason recorded'}"))
+    return out
+
+
+def lock_facts(sr: SweepResults) -> list[tuple[str, str]]:
+    """What ran: slurmx, the image, engine, KV tier and aiperf versions, recipe fingerprints."""
+    facts: dict[str, set[str]] = {}
+
+    def add(name: str, value: object) -> None:
+        if value not in (None, ""):
+            facts.setdefault(name, set()).add(str(value))
+
+    try:
+        sweep = json.loads(sr.sweep.sweep_json.read_text(encoding="utf-8"))
+        add("slurmx (submit)", sweep.get("slurmx_version"))
+        add("cluster", sweep.get("cluster_label"))
+    except (OSError, ValueError):
+        pass
+    add("slurmx (collect)", __version__)
+    for row in sr.rows:
+        r = row.result
+        add("image", r.image)
+        add("model", r.model)
+        add("framework", r.framework)
+        add("recipe fingerprint", r.recipe_fingerprint[:16] if r.recipe_fingerprint else None)
+        if r.slurmx is not None:
+            add("engine version", r.slurmx.engine_version)
+            add(f"{r.backend_name} version", r.slurmx.backend_version)
+            add("aiperf version", r.slurmx.aiperf_version)
+            add("nodes", r.slurmx.node)
+    return [(name, ", ".join(sorted(values))) for name, values in facts.items()]
+
+
+# ---------------------------------------------------------------- plots
+
+
+def _png(fig: Any) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _err(est: Estimate | None) -> tuple[float, float]:
+    if est is None or est.lo is None or est.hi is None:
+        return (0.0, 0.0)
+    return (est.mean - est.lo, est.hi - est.mean)
+
+
+def _series(aggs: list[PointAggregate]) -> dict[str, list[PointAggregate]]:
+    parallelisms = {a.first["parallelism"] for a in aggs}
+    out: dict[str, list[PointAggregate]] = {}
+    for a in sorted(aggs, key=lambda a: (arm_order(a.first["arm"]), a.first["parallelism"], a.first["conc"])):
+        v = a.first
+        out.setdefault(v["arm"] if len(parallelisms) == 1 else f"{v['arm']} · {v['parallelism']}", []).append(a)
+    return out
+
+
+def plot_images(aggs: list[PointAggregate], title: str) -> list[tuple[str, str]]:
+    """(caption, data URI) of the Pareto plot and TTFT p90 against concurrency, means with 95 % error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = _series(aggs)
+    images = []
+    for caption, draw in (
+        ("Throughput per GPU against interactivity (means, 95% intervals as error bars)", _pareto),
+        ("TTFT p90 against concurrency per arm (means, 95% intervals as error bars)", _ttft),
+    ):
+        fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+        try:
+            draw(ax, series)
+            ax.set_title(title, fontsize=10)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8, loc="best", title="arm", title_fontsize=8)
+            fig.tight_layout()
+            images.append((caption, _png(fig)))
+        finally:
+            plt.close(fig)
+    return images
+
+
+def _pareto(ax: Any, series: dict[str, list[PointAggregate]]) -> None:
+    for i, (label, members) in enumerate(series.items()):
+        pts = [(a.estimates.get("intvty_p50"), a.estimates.get("tput_per_gpu"), a.first["conc"]) for a in members]
+        pts2 = sorted(((x, y, c) for x, y, c in pts if x is not None and y is not None), key=lambda p: p[0].mean)
+        if not pts2:
+            continue
+        xs, ys = [p[0].mean for p in pts2], [p[1].mean for p in pts2]
+        xerr = list(zip(*(_err(p[0]) for p in pts2)))
+        yerr = list(zip(*(_err(p[1]) for p in pts2)))
+        ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, label=label, color=f"C{i % 10}", marker="o", capsize=3, linewidth=1.5)
+        for x, y, (_, _, conc) in zip(xs, ys, pts2):
+            ax.annotate(f"c{conc}", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=7, color="0.3")
+    ax.set_xlabel("interactivity: output tokens/s per user (1/ITL p50)")
+    ax.set_ylabel("throughput per GPU: total tokens/s/GPU")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+
+
+def _ttft(ax: Any, series: dict[str, list[PointAggregate]]) -> None:
+    concs: set[int] = set()
+    for i, (label, members) in enumerate(series.items()):
+        pts = sorted(
+            ((a.first["conc"], a.estimates["ttft_p90_s"]) for a in members if "ttft_p90_s" in a.estimates),
+            key=lambda p: p[0],
+        )
+        if not pts:
+            continue
+        concs.update(p[0] for p in pts)
+        yerr = list(zip(*(_err(p[1]) for p in pts)))
+        ax.errorbar([p[0] for p in pts], [p[1].mean for p in pts], yerr=yerr, label=label, color=f"C{i % 10}",
+                    marker="o", capsize=3, linewidth=1.5)  # fmt: skip
+    ax.set_xlabel("concurrency (concurrent sessions)")
+    ax.set_ylabel("TTFT p90 (s)")
+    if concs and max(concs) / max(min(concs), 1) >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(concs))
+    ax.set_xticklabels([str(c) for c in sorted(concs)])
+    ax.set_ylim(bottom=0)
+
+
+# ---------------------------------------------------------------- the page
+
+
+def _cell(est: Estimate | None, spec: str) -> dict[str, str]:
+    if est is None:
+        return {"mean": "-", "interval": ""}
+    if est.lo is None or est.hi is None:
+        return {"mean": format(est.mean, spec), "interval": f"n={est.n}"}
+    return {
+        "mean": format(est.mean, spec),
+        "interval": f"[{format(est.lo, spec)}, {format(est.hi, spec)}] ±{est.half_width_pct:.1f}%",
+    }
+
+
+def _ratio_cell(r: Ratio | None) -> dict[str, Any]:
+    if r is None:
+        return {"text": "-", "ci": "", "noise": False}
+    if r.lo is None or r.hi is None:
+        return {"text": f"{r.value:.2f}x", "ci": f"n={r.n}", "noise": False}
+    ci = f"[{r.lo:.2f}, {r.hi:.2f}]{' paired' if r.paired else ''}"
+    return {
+        "text": "within noise" if r.within_noise else f"{r.value:.2f}x",
+        "ci": f"{r.value:.2f}x {ci}" if r.within_noise else ci,
+        "noise": r.within_noise,
+    }
+
+
+def _table(aggs: list[PointAggregate]) -> list[dict[str, Any]]:
+    rows = []
+    for a in aggs:
+        v = a.first
+        rows.append({
+            "parallelism": v["parallelism"], "arm": v["arm"], "conc": v["conc"], "point_id": v["point_id"],
+            "n": f"{a.n}/{a.repeats_planned}", "mode": a.repeat_mode or "-",
+            "cells": [_cell(a.estimates.get(m.key), m.spec) for m in METRICS],
+            "ratios": [_ratio_cell(a.ratios.get(key)) for key in ("tput_per_gpu", "ttft_p90_s")],
+        })  # fmt: skip
+    return rows
+
+
+def _comparison(comparison: Comparison, aggs: list[PointAggregate]) -> dict[str, Any]:
+    mine = {id(a) for a in aggs}
+    return {
+        "summary": comparison.summary_line(),
+        "points": [
+            {
+                "point": describe(p.current),
+                "verdict": p.verdict,
+                "changes": [
+                    {
+                        "metric": c.metric.label,
+                        "change": f"{c.change_pct:+.1f}%",
+                        "verdict": c.verdict,
+                        "ratio": c.ratio.text(),
+                    }
+                    for c in p.changes
+                ],
+            }
+            for p in comparison.points
+            if id(p.current) in mine
+        ],  # fmt: skip
+        "only_current": [describe(a) for a in comparison.only_current if id(a) in mine],
+        "only_baseline": [describe(a) for a in comparison.only_baseline],
+        "regressions": [
+            f"{describe(p.current)}: {c.metric.label} {c.change_pct:+.1f}%"
+            for p, c in comparison.regressions()
+            if id(p.current) in mine
+        ],  # fmt: skip
+    }
+
+
+def render(sr: SweepResults, aggs: list[PointAggregate], comparison: Comparison | None = None) -> str:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("slurmx.results", "templates"),
+        autoescape=jinja2.select_autoescape(default=True),
+        undefined=jinja2.StrictUndefined,
+    )
+    sweep = sr.sweep
+    title = f"{sweep.config_key}  (sweep {sweep.sweep_id})"
+    return env.get_template(TEMPLATE).render(
+        title=title,
+        generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        metrics=METRICS,
+        ratio_metrics=[METRIC["tput_per_gpu"], METRIC["ttft_p90_s"]],
+        rows=_table(aggs),
+        results=len(sr.rows),
+        images=plot_images(aggs, title) if aggs else [],
+        problems=problems(sr),
+        facts=lock_facts(sr),
+        comparison=_comparison(comparison, aggs) if comparison is not None else None,
+    )
+
+
+def write_report(sweep: SweepDir, html: str) -> None:
+    atomic.write_text(sweep.report_html, html)
