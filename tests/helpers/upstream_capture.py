@@ -15,9 +15,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmx.node import procscan
 from slurmx.plan import Point
 
 STANDINS = (
@@ -125,6 +127,24 @@ def _stand_ins(bin_dir: Path) -> None:
         wrapper.chmod(0o755)
 
 
+def _settle(pgid: int, bound_s: float = 30.0) -> None:
+    """Wait until every stand-in the script left in the background has recorded itself: a server
+    stand-in records, then becomes `sleep`. On a loaded machine the script can end first."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        pending = []
+        for pid in procscan.running_by_group([pgid])[pgid]:
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm != "sleep":
+                pending.append(pid)
+        if not pending:
+            return
+        time.sleep(0.05)
+
+
 def capture(point: Point, upstream: Upstream, scripts_dir: Path, work: Path, timeout_s: float = 120) -> Capture:
     """Run the upstream script for `point` with stand-ins; every program it started, in order."""
     agentic = work / "ix" / "benchmarks" / "single_node" / "agentic"
@@ -153,6 +173,7 @@ def capture(point: Point, upstream: Upstream, scripts_dir: Path, work: Path, tim
     )  # fmt: skip
     try:
         output, _ = proc.communicate(timeout=timeout_s)
+        _settle(proc.pid)
     finally:
         # the stand-in servers the script left running (its own job wrapper would kill them)
         with contextlib.suppress(ProcessLookupError):
