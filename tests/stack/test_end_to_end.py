@@ -114,9 +114,13 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
     aggregates = collected["aggregates"]
     assert len(aggregates) == 4 and all(a["repeats"] == REPEATS for a in aggregates)
     for a in aggregates:
-        for metric in ("tput_per_gpu", "ttft_p90_s", "ttft_p50_s", "intvty_p50", "e2el_p90_s"):
+        for metric in ("tput_per_gpu", "ttft_p90_s", "ttft_p50_s", "e2el_p90_s"):
             m = a["metrics"][metric]
             assert m["n"] == REPEATS and m["ci95_lo"] <= m["mean"] <= m["ci95_hi"], (metric, m)
+        # The tiny CPU model can stream a whole answer in one chunk, leaving a repeat without inter-token
+        # latency (seen once in 12 runs): the interval then covers the repeats that have it, and says so.
+        m = a["metrics"]["intvty_p50"]
+        assert m["n"] >= REPEATS - 1 and (m["ci95_lo"] is None) == (m["n"] < 3), m
         if a["arm"] != "none":
             assert a["ratios"]["tput_per_gpu"]["ci95_lo"] is not None and not a["ratios"]["tput_per_gpu"]["paired"]
         # the measured noise on this machine, for the record (pytest -s shows it)
