@@ -53,6 +53,12 @@ def _entry(text: str) -> str:
 
 
 CASES = [
+    Case(
+        "two identical sweep points",  # one point id for two points: their results would overwrite each other
+        MASTER.replace(ENTRY, ENTRY + "\n" + ENTRY.replace("conc-list: [4, 8]", "conc-list: [8, 16]")),
+        expect_line=1,
+        expect=("k: two sweep points are identical (p_tp8_conc8_kvdram-lmcache); remove one",),
+    ),
     Case("yaml syntax", MASTER.replace("multinode: false", "multinode: [false"), expect=("YAML syntax error",)),
     Case(
         "unknown top field",
