@@ -8,6 +8,7 @@ not run yet are listed as not checked and left out of the score.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -15,7 +16,7 @@ from pathlib import Path
 
 KILLED = {"killed", "timeout", "segfault"}
 SURVIVED = {"survived", "no tests", "suspicious"}
-MUTMUT = Path(sys.executable).with_name("mutmut")
+MUTMUT = os.environ.get("MUTMUT", str(Path(sys.executable).with_name("mutmut")))
 
 
 def module_of(mutant: str, modules: list[str]) -> str | None:
@@ -26,7 +27,7 @@ def module_of(mutant: str, modules: list[str]) -> str | None:
 
 def first_changed_line(mutant: str) -> str:
     """The mutated line as `mutmut show` prints it, for the survivor list."""
-    shown = subprocess.run([str(MUTMUT), "show", mutant], capture_output=True, text=True, check=False).stdout
+    shown = subprocess.run([MUTMUT, "show", mutant], capture_output=True, text=True, check=False).stdout
     plus = [line[1:].strip() for line in shown.splitlines() if line.startswith("+") and not line.startswith("+++")]
     return plus[0] if plus else "(no diff shown)"
 
