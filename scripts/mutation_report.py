@@ -1,6 +1,9 @@
 """Score and survivors of a mutmut run, per module: reads `mutmut results --all true` on stdin.
 
 usage: mutmut results --all true | python scripts/mutation_report.py MODULE...
+       mutmut results --all true | python scripts/mutation_report.py --pending MODULE
+(--pending: the module's mutants still to run, one a line: all of them as MODULE.* when none has
+been generated yet, else those not killed so far; nothing when every one is killed.)
 The score is killed / checked, where checked = killed + survived + no tests (a mutant no fast test
 even runs is a survivor); timeouts count as killed (the mutant hung the code), mutants mutmut has
 not run yet are listed as not checked and left out of the score.
@@ -32,13 +35,26 @@ def first_changed_line(mutant: str) -> str:
     return plus[0] if plus else "(no diff shown)"
 
 
-def main(modules: list[str]) -> int:
+def read_status(modules: list[str]) -> dict[str, dict[str, str]]:
+    """module -> mutant name -> mutmut's status, from `mutmut results --all true` on stdin."""
     status: dict[str, dict[str, str]] = defaultdict(dict)
     for line in sys.stdin:
         name, sep, state = line.strip().rpartition(": ")
         owner = module_of(name, modules) if sep else None
         if owner:
             status[owner][name] = state
+    return status
+
+
+def pending(module: str) -> int:
+    mutants = read_status([module])[module]
+    names = [name for name, state in sorted(mutants.items()) if state not in KILLED] if mutants else [f"{module}.*"]
+    print("\n".join(names))
+    return 0
+
+
+def main(modules: list[str]) -> int:
+    status = read_status(modules)
     total: Counter[str] = Counter()
     survivors: list[tuple[str, str]] = []
     for module in modules:
@@ -59,4 +75,6 @@ def main(modules: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--pending"]:
+        sys.exit(pending(sys.argv[2]))
     sys.exit(main(sys.argv[1:]))
