@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -19,8 +20,8 @@ def test_kimik3_seed_key_has_four_points_at_1889_gb(capsys: pytest.CaptureFixtur
     assert [r["conc"] for r in rows] == [4, 8, 10, 16]
     assert {r["total-cpu-dram-gb"] for r in rows} == {1889}
     assert len({r["point-id"] for r in rows}) == 4
-    assert rows[0]["kv-offload-backend"] == {"name": "lmcache", "version": "0.5.4rc4"}
-    assert rows[0]["slurm-request"] == "b300 gpu:b300:8 -C b300 mem=0 excl 480m"
+    assert [r["kv-offload-backend"] for r in rows] == [{"name": "lmcache", "version": "0.5.4rc4"}] * 4
+    assert [r["slurm-request"] for r in rows] == ["b300 gpu:b300:8 -C b300 mem=0 excl 480m"] * 4
 
 
 def test_dsv4_seed_key_has_ten_points_at_2399_gb(capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,14 +33,36 @@ def test_dsv4_seed_key_has_ten_points_at_2399_gb(capsys: pytest.CaptureFixture[s
 
 def test_plan_all_covers_every_shipped_key(capsys: pytest.CaptureFixture[str]) -> None:
     rows = _plan_json(capsys, "--all")
-    keys = {r["config-key"] for r in rows}
-    assert {"kimik3-fp4-b300-vllm-agentic-dspark-lmcache", "dsv4-fp4-b200-vllm-agentic-lmcache"} <= keys
+    per_key = Counter(str(r["config-key"]) for r in rows)
+    assert per_key == {
+        "kimik3-fp4-b300-vllm-agentic-dspark-lmcache": 4,
+        "dsv4-fp4-b200-vllm-agentic-lmcache": 10,
+        "tiny-fp32-local-vllm-agentic-lmcache": 4,
+    }
+
+
+# The whole table of the dsv4 seed key, cell for cell (point ids are recorded values too).
+DSV4_TABLE = [
+    (point_id, parallelism, "none", "lmcache", conc, "2399", "dsv4-fp4-b200-vllm", "b200 gpu:b200:8 -C b200 mem=0 excl 480m")
+    for point_id, parallelism, conc in [
+        ("4fa3f71f3b51", "TP8", "8"), ("a640cd11ecbd", "TP8", "10"), ("cbc8b88decb9", "TP8", "16"),
+        ("4632bc06314f", "DEP8", "16"), ("58d5e1c75015", "DEP8", "38"), ("3bbdc73d14e5", "DEP8", "44"),
+        ("f35a39572e9a", "DEP8", "56"), ("aaaaa0f47f60", "DEP8", "64"), ("69015ceeac91", "DEP8", "66"),
+        ("f68d1d5b0184", "DEP8", "68"),
+    ]
+]  # fmt: skip
 
 
 def test_plan_table_names_points_and_budget(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "dsv4-fp4-b200-vllm-agentic-lmcache"]) == 0
     out = capsys.readouterr().out
-    assert "DEP8" in out and "2399" in out and "gpu:b200:8" in out
+    title = out.splitlines()[0].strip()
+    assert title.startswith("dsv4-fp4-b200-vllm-agentic-lmcache: 10 points (") and "nvidia-master.yaml:" in title
+    header = [line for line in out.splitlines() if line.startswith("┃")]
+    assert [c.strip() for c in header[0].strip("┃").split("┃")] == [
+        "point id", "parallelism", "spec", "backend", "conc", "DRAM GB", "recipe", "Slurm request"]  # fmt: skip
+    cells = [tuple(c.strip() for c in line.strip("│").split("│")) for line in out.splitlines() if line.startswith("│")]
+    assert cells == DSV4_TABLE
 
 
 def test_plan_without_key_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

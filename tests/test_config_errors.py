@@ -53,6 +53,12 @@ def _entry(text: str) -> str:
 
 
 CASES = [
+    Case(
+        "two identical sweep points",  # one point id for two points: their results would overwrite each other
+        MASTER.replace(ENTRY, ENTRY + "\n" + ENTRY.replace("conc-list: [4, 8]", "conc-list: [8, 16]")),
+        expect_line=1,
+        expect=("k: two sweep points are identical (p_tp8_conc8_kvdram-lmcache); remove one",),
+    ),
     Case("yaml syntax", MASTER.replace("multinode: false", "multinode: [false"), expect=("YAML syntax error",)),
     Case(
         "unknown top field",
@@ -298,3 +304,33 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1
     assert "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].tp:" in proc.stderr
+
+
+# The whole line for a few cases, so the wording and the location are pinned, not just fragments.
+EXACT = [
+    (MASTER.replace("image: img", "imagee: img"), CLUSTERS,
+     "master.yaml:2: k.imagee: unknown field (did you mean 'image'?)"),
+    (_entry('{ tp: "8", conc-list: [4] }'), CLUSTERS,
+     "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].tp: Input should be a valid integer, got '8'"),
+    (_entry("{ tp: 8, conc-start: 2 }"), CLUSTERS,
+     "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0]: missing concurrency: give conc-list, or conc-start and "
+     "conc-end together"),
+    (MASTER.replace("  model: m\n", ""), CLUSTERS, "master.yaml:1: k.model: required field is missing"),
+    (_entry("{ tp: 8, kv-offloading: ssd, conc-list: [4] }"), CLUSTERS,
+     "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].kv-offloading: Input should be 'none' or 'dram', "
+     "got 'ssd'"),
+    (MASTER, "- a\n", "clusters.yaml:1: a clusters file must be a mapping with a 'hardware' section"),
+    ("k: 3\n", CLUSTERS, "master.yaml:1: k: a config key must hold a mapping"),
+    ("- a\n- b\n", CLUSTERS, "master.yaml:1: a master config must be a mapping of config keys"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("master", "clusters", "line"), EXACT)
+def test_error_line_is_exact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], master: str, clusters: str, line: str
+) -> None:
+    (tmp_path / "master.yaml").write_text(master)
+    (tmp_path / "clusters.yaml").write_text(clusters)
+    args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"

@@ -1,53 +1,45 @@
 """The rendered production commands of the seed keys, kept as reviewed golden files.
 
-Regenerate after an intended change with UPDATE_GOLDEN=1 and review the diff like code.
+This test only compares. After an intended change, `scripts/update-golden` rewrites the files and
+prints the diff; review it like code. CI fails if it is asked to update them.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from slurmx import paths
-from slurmx.commands.common import load_points
-from slurmx.commands.render import render_key
-
-GOLDEN = Path(__file__).parent / "golden"
-KEYS = ["kimik3-fp4-b300-vllm-agentic-dspark-lmcache", "dsv4-fp4-b200-vllm-agentic-lmcache"]
+from tests.helpers.golden import KEYS, diff, golden_path, render, update_requested_in_ci
 
 
-class _Args:
-    config = None
-    clusters = None
+def test_ci_is_never_asked_to_update_golden_files() -> None:
+    requested = update_requested_in_ci(os.environ)
+    assert not requested, "UPDATE_GOLDEN is set under CI; golden files change only through scripts/update-golden"
 
 
-def _normalise(text: str, results: Path) -> str:
-    # Machine-specific paths become placeholders; everything else must match byte for byte.
-    return (
-        text.replace(str(results.resolve()), "<results>")
-        .replace(sys.executable, "<python>")
-        .replace(str(Path(sys.executable).resolve()), "<python>")
-    )
+def test_an_update_request_is_recognised_only_under_ci() -> None:
+    assert update_requested_in_ci({"CI": "true", "UPDATE_GOLDEN": "0"})  # any value asks, even "0"
+    assert update_requested_in_ci({"CI": "1", "UPDATE_GOLDEN": ""})
+    assert not update_requested_in_ci({"UPDATE_GOLDEN": "1"})
+    assert not update_requested_in_ci({"CI": "true"})
 
 
 @pytest.mark.parametrize("key", KEYS)
 def test_rendered_production_commands_match_golden(key: str, tmp_path: Path) -> None:
-    loaded = load_points(_Args(), [key])  # type: ignore[arg-type]
-    results = tmp_path / "results"
-    text = _normalise(render_key(key, loaded, results), results)
-    golden = GOLDEN / f"{key}.txt"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.write_text(text)
-    assert text == golden.read_text(), f"rendered commands of {key} changed; review and UPDATE_GOLDEN=1"
+    golden = golden_path(key)
+    before = golden.read_bytes()
+    delta = diff(key, render(key, tmp_path / "results"))
+    assert golden.read_bytes() == before  # comparing never writes
+    assert not delta, f"rendered commands of {key} changed; review, then scripts/update-golden:\n{delta}"
 
 
 def test_golden_files_hold_the_fixed_seed_bugs() -> None:
     """What the seeds' reviews found broken is visibly right in the reviewed files."""
     for key in KEYS:
-        text = (GOLDEN / f"{key}.txt").read_text()
+        text = golden_path(key).read_text()
         engine_lines = [line for line in text.splitlines() if " serve " in line]
         assert engine_lines, key
         for line in engine_lines:

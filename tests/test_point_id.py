@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from slurmx.config.load import load_clusters, load_masters
@@ -60,10 +63,29 @@ def test_point_id_ignores_key_order_comments_and_defaults(tmp_path: Path) -> Non
     assert _ids(tmp_path, KEY_A, "a.yaml") == _ids(tmp_path, KEY_B, "b.yaml")
 
 
-def test_point_id_is_stable_across_runs(tmp_path: Path) -> None:
-    # A recorded value: a change here means results trees written before no longer match.
-    assert _ids(tmp_path, KEY_A, "a.yaml")[0] == _ids(tmp_path, KEY_A, "c.yaml")[0]
-    assert len(_ids(tmp_path, KEY_A, "a.yaml")[0]) == 12
+# Recorded when results trees were first written with these ids: a change here means every
+# existing result.json, state.json and `submit` skip decision stops matching its point.
+RECORDED_IDS = ["db1478a20959", "957511704796"]
+
+
+def test_point_id_matches_the_recorded_value(tmp_path: Path) -> None:
+    assert _ids(tmp_path, KEY_A, "a.yaml") == RECORDED_IDS
+
+
+def test_point_id_is_the_same_in_another_process_with_another_hash_seed(tmp_path: Path) -> None:
+    """Nothing process-local (str hashing, dict order of a fresh interpreter) leaks into the id."""
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    (tmp_path / "b.yaml").write_text(KEY_B)
+    script = (
+        "import sys; from pathlib import Path; "
+        "from slurmx.config.load import load_clusters, load_masters; from slurmx.plan import expand; "
+        "d = Path(sys.argv[1]); "
+        "print(' '.join(p.point_id for p in expand(['k'], load_masters([d / 'b.yaml']), load_clusters(d / 'clusters.yaml'))))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == RECORDED_IDS
 
 
 def test_point_id_changes_with_what_runs(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path)
     runtime = runtime_for(clusters.profiles["cluster:b300-nv"], simple.image)
 
     plan = launch_plan(resolve(simple, recipes), PORTS, runtime)
-    argv = plan.engine.argv
+    simple_argv = argv = plan.engine.argv
     connector = json.loads(argv[argv.index("--kv-transfer-config") + 1])
     assert connector["kv_connector"] == "SimpleCPUOffloadConnector"
     assert connector["kv_connector_extra_config"]["cpu_bytes_to_use_per_rank"] == int(1889 * 1e9 / 8)
@@ -74,8 +74,9 @@ def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path)
     assert connector["kv_connector"] == "MooncakeStoreConnector"
     assert connector["kv_load_failure_policy"] == "recompute"
     assert connector["kv_connector_extra_config"]["global_segment_size_gb"] == round(1889 / 8, 3)
-    for plan_argv in (argv,):
-        assert "--enable-auto-tool-choice" in plan_argv and "--tool-call-parser" in plan_argv
+    mooncake_argv = argv
+    for arm_argv in (simple_argv, mooncake_argv):  # every arm keeps the base's tool-call flags
+        assert "--enable-auto-tool-choice" in arm_argv and "--tool-call-parser" in arm_argv
 
 
 def _routed_plan(tmp_path: Path, router: dict[str, str] | None):  # type: ignore[no-untyped-def]

@@ -39,3 +39,47 @@ def test_too_few_completed_requests_is_rejected() -> None:
     result = make_result(point_id="p1", requests=3)
     assert gate.check(result, min_requests=5) == "3 completed request(s), fewer than the minimum 5"
     assert gate.check(make_result(point_id="p1", requests=0)) is not None
+
+
+def test_each_reason_is_the_exact_line_the_user_sees() -> None:
+    assert gate.check(make_result(point_id="p1", was_cancelled=True)) == (
+        "the replay was cancelled before it finished (aiperf was_cancelled)"
+    )
+    incomplete = make_result(point_id="p1")
+    assert incomplete.slurmx is not None
+    incomplete.slurmx.incomplete_reason = "benchmark duration reached with requests in flight"
+    assert gate.check(incomplete) == (
+        "aiperf marked the replay incomplete: benchmark duration reached with requests in flight"
+    )
+    silent = make_result(point_id="p1")
+    silent.request_metrics.throughput.output = None
+    silent.request_metrics.tokens.output_actual = Stats(mean=0.0, p50=0.0)
+    assert gate.check(silent) == "zero output tokens: the engine answered nothing"
+
+
+def test_the_minimum_request_count_is_inclusive_and_one_by_default() -> None:
+    assert gate.check(make_result(point_id="p1", requests=5), min_requests=5) is None
+    assert gate.check(make_result(point_id="p1", requests=1)) is None
+
+
+def test_error_rate_numbers_fall_back_to_the_request_total_without_record_accounting() -> None:
+    result = make_result(point_id="p1", requests=80, errors=20)
+    result.request_accounting.records_total = 0
+    assert gate.check(result) == "request error rate 20.0% (20/100) is over the threshold 10%"
+
+
+def test_output_tokens_come_from_the_records_when_the_throughput_says_none_or_zero() -> None:
+    """aiperf leaves the output rate out (or 0) on some runs; the mean output length x requests decides."""
+    for rate in (None, Rate(tokens_per_second=0.0)):
+        result = make_result(point_id="p1", requests=4)
+        result.request_metrics.throughput.output = rate
+        result.request_metrics.tokens.output_actual = Stats(mean=0.5, p50=0.5)
+        assert gate.check(result) is None, rate
+    trickle = make_result(point_id="p1")  # any positive output rate is output, however small
+    trickle.request_metrics.throughput.output = Rate(tokens_per_second=0.5)
+    trickle.request_metrics.tokens.output_actual = Stats(mean=0.0, p50=0.0)
+    assert gate.check(trickle) is None
+    nothing_completed = make_result(point_id="p1", requests=0)
+    nothing_completed.request_metrics.throughput.output = None
+    nothing_completed.request_metrics.tokens.output_actual = Stats(mean=0.5, p50=0.5)
+    assert gate.check(nothing_completed, min_requests=0) == "zero output tokens: the engine answered nothing"

@@ -44,6 +44,7 @@ from slurmx.store.tree import PointDir
 
 REPLAY_GRACE_S = 900  # on top of the replay's own duration, for aiperf's start-up and drain
 REPLAY_TEARDOWN_GRACE_S = 10.0  # aiperf writes what it has on SIGTERM: give it the time (below Slurm's KillWait)
+READY_POLL_S = 1.0  # between health probes of a starting server
 
 
 @dataclass
@@ -94,7 +95,9 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
         started.append(managed)
         if process.health_url:
             try:
-                supervisor.wait_ready(managed, process.health_url, timeout_s=process.ready_timeout_s, interval_s=1.0)
+                supervisor.wait_ready(
+                    managed, process.health_url, timeout_s=process.ready_timeout_s, interval_s=READY_POLL_S
+                )
             except SupervisorError as exc:
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
     return Servers(plan, ports, started, spec, what_ran(first, runtime, supervisor))
@@ -182,12 +185,15 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
         ) as replay_sup:
             managed = replay_sup.start("replay", process.argv, process.env, base_env=dict(os.environ))
             deadline = time.monotonic() + spec.duration_s + REPLAY_GRACE_S
-            while replay_sup.poll(managed) is None:
+            while True:
                 check_servers(servers, replay_sup, "during the replay")
                 if time.monotonic() > deadline:
                     raise PointFailed(f"the replay ran past {spec.duration_s + REPLAY_GRACE_S} s")
-                time.sleep(1.0)
-            code = replay_sup.poll(managed)
+                try:  # returns as soon as aiperf exits; a server dying is noticed within a second
+                    code = replay_sup.wait(managed, timeout_s=1.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
     except PointFailed as exc:
         keep_partial(member, servers, ReplayWindow(started, time.time(), before), str(exc))
         raise

@@ -176,7 +176,7 @@ def collect(
                     _drop(out, previous, row)
                 sr.rows.append(row)
             else:
-                sr.skipped.append(Skipped(path, f"superseded by newer {previous.path}", "superseded"))
+                sr.skipped.append(_loser(row, previous))
     for sr in out:
         add_ratios(sr.rows)
         sr.warnings = version_warnings(sr.rows)
@@ -197,8 +197,17 @@ def _drop(sweeps: list[SweepResults], old: Row, new: Row) -> None:
     for sr in sweeps:
         if old in sr.rows:
             sr.rows.remove(old)
-            sr.skipped.append(Skipped(old.path, f"superseded by newer {new.path}", "superseded"))
+            sr.skipped.append(_loser(old, new))
             return
+
+
+def _loser(row: Row, winner: Row) -> Skipped:
+    """Why `row` is not the point's row: the gate refused it while `winner` is valid, or it is older."""
+    if not row.valid and winner.valid:
+        return Skipped(
+            row.path, f"fails the validity gate: {row.values['invalid_reason']} (the valid {winner.path} counts)"
+        )
+    return Skipped(row.path, f"superseded by newer {winner.path}", "superseded")
 
 
 # ---------------------------------------------------------------- flattening and comparison

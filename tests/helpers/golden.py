@@ -1,0 +1,79 @@
+"""The seed keys' rendered production commands, as kept in tests/golden/ (reviewed like code).
+
+The test only compares; `scripts/update-golden` is the one way to rewrite the files, and it prints
+the diff of what it changes so the change is reviewed, not slipped in by an environment variable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from slurmx.commands.common import load_points
+from slurmx.commands.render import render_key
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+KEYS = ("kimik3-fp4-b300-vllm-agentic-dspark-lmcache", "dsv4-fp4-b200-vllm-agentic-lmcache")
+
+
+class _DefaultInputs:
+    """`slurmx render`'s options left at their defaults: the shipped configs and recipes."""
+
+    config = None
+    clusters = None
+
+
+def _normalise(text: str, results: Path) -> str:
+    # Machine-specific paths become placeholders; everything else must match byte for byte.
+    return (
+        text.replace(str(results.resolve()), "<results>")
+        .replace(sys.executable, "<python>")
+        .replace(str(Path(sys.executable).resolve()), "<python>")
+    )
+
+
+def render(key: str, results: Path) -> str:
+    """What `slurmx render KEY` prints for the shipped configs, with machine paths as placeholders."""
+    loaded = load_points(_DefaultInputs(), [key])  # type: ignore[arg-type]  # reads only .config and .clusters
+    return _normalise(render_key(key, loaded, results), results)
+
+
+def golden_path(key: str) -> Path:
+    return GOLDEN / f"{key}.txt"
+
+
+def diff(key: str, rendered: str) -> str:
+    """Unified diff from the golden file to `rendered` (empty when equal)."""
+    path = golden_path(key)
+    old = path.read_text() if path.exists() else ""
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), rendered.splitlines(keepends=True), f"a/{path.name}", f"b/{path.name}"
+    )
+    return "".join(lines)
+
+
+def update_requested_in_ci(environ: Mapping[str, str]) -> bool:
+    """CI must never be asked to rewrite goldens: a green run would then prove nothing."""
+    return bool(environ.get("CI")) and "UPDATE_GOLDEN" in environ
+
+
+def main() -> int:
+    """Rewrite every golden file from the current code and print what changed."""
+    changed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in KEYS:
+            rendered = render(key, Path(tmp) / "results")
+            delta = diff(key, rendered)
+            if delta:
+                sys.stdout.write(delta)
+                golden_path(key).write_text(rendered)
+                changed += 1
+    print(f"update-golden: {changed} of {len(KEYS)} golden file(s) rewritten; review the diff above", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

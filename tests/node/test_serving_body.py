@@ -1,0 +1,227 @@
+"""The serving job body's decisions, driven end to end with real small processes in place of the
+engine and aiperf (tests/node/fake_engine.py, fake_aiperf.py): real ports, HTTP, process groups,
+state.json and result.json; only vLLM and the replay are stand-ins.
+
+Each point of a shared-server group must end done with a gated result.json, or failed with a
+one-line reason and no result.json; one point's failure does not stop the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slurmx.inputs import load_inputs
+from slurmx.node import serving_body
+from slurmx.node.body import run_points
+from slurmx.results.schema import Result
+from slurmx.store.ledger import queue_point
+from slurmx.store.state import PointState, read_state
+from slurmx.store.tree import ResultsTree, SweepDir
+from slurmx.submit.resolved import resolve_points
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+KEY = "tiny-fp32-local-vllm-agentic-lmcache"
+CLUSTERS = """\
+hardware:
+  cluster:local:
+    available-cpu-dram-mib: 16_000
+    gpus-per-node: 8
+    slurm: {{ partition: local, gres-type: b300, features: [b300], mem: 6G, exclusive: false, time-limit-min: 30,
+             share-server: true }}
+    runtime: {{ kind: venv, engine-python: {bin}/python-fake, aiperf-bin: {bin}/aiperf-fake,
+               model-root: {root}/models, hf-home: {root}/hf }}
+"""
+
+
+@dataclass
+class Group:
+    """The no-offload arm's two points (conc 2 and 4) queued in a sweep, sharing one server."""
+
+    root: Path
+    sweep: SweepDir
+    ids: dict[int, str]  # conc -> point id
+
+    def state(self, conc: int) -> PointState:
+        state = read_state(self.sweep.point(self.ids[conc]).state_json)
+        assert state is not None
+        return state
+
+    def stages(self, conc: int) -> list[str]:
+        return [change.stage for change in self.state(conc).history]
+
+    def result(self, conc: int) -> Result | None:
+        path = self.sweep.point(self.ids[conc]).result_json
+        return Result.model_validate_json(path.read_text()) if path.exists() else None
+
+    def resets(self) -> list[str]:
+        path = self.root / "resets"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def run(self) -> dict[str, str]:
+        return run_points(self.sweep, [self.ids[2], self.ids[4]])
+
+
+def _script(path: Path, target: Path) -> None:
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{target}" "$@"\n')
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Group:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir / "python-fake", HERE / "fake_engine.py")
+    _script(bin_dir / "aiperf-fake", HERE / "fake_aiperf.py")
+    (tmp_path / "models" / "tiny-llama").mkdir(parents=True)
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(CLUSTERS.format(bin=bin_dir, root=tmp_path))
+    inputs = load_inputs([ROOT / "configs" / "local-master.yaml"], clusters, [KEY])
+    items = [item for item in resolve_points(inputs.points, inputs) if item.point.backend_name == "none"]
+    sweep = ResultsTree(tmp_path / "results").sweep(KEY, "s1")
+    for item in items:
+        queue_point(sweep.point(item.point.point_id), item.record("s1"))
+    monkeypatch.setattr(serving_body, "READY_POLL_S", 0.05)  # the fake engine is up in a blink
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the point's one GPU, as Slurm would set it
+    monkeypatch.setenv("FAKE_ENGINE_DIR", str(tmp_path))
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(name, raising=False)
+    ids = {item.point.conc: item.point.point_id for item in items}
+    assert sorted(ids) == [2, 4]
+    return Group(tmp_path, sweep, ids)  # type: ignore[arg-type]  # conc is an int for single-node points
+
+
+def _engine_gone(group: Group) -> bool:
+    pid = int((group.root / "engine.pid").read_text())
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2] == "Z"
+
+
+def test_a_shared_server_group_runs_each_point_to_a_gated_result(group: Group) -> None:
+    outcomes = group.run()
+    assert outcomes == {group.ids[2]: "done", group.ids[4]: "done"}
+    for conc in (2, 4):
+        result = group.result(conc)
+        assert result is not None and result.conc == conc
+        assert result.slurmx is not None and result.slurmx.point_id == group.ids[conc]
+        assert result.num_requests_successful == 12
+    # the first point starts the servers; the second reuses them after a cache reset
+    assert group.stages(2) == ["queued", "preflight", "engine", "replay", "aggregate", "done"]
+    assert group.stages(4) == ["queued", "preflight", "replay", "aggregate", "done"]
+    assert group.resets() == ["/reset_prefix_cache?reset_external=true"]
+    assert group.state(4).reason is None
+    shared_log = group.sweep.point(group.ids[4]).logs / "engine.log"
+    assert shared_log.is_symlink() and shared_log.resolve() == (group.sweep.point(group.ids[2]).logs / "engine.log")
+    assert _engine_gone(group)
+
+
+def test_an_invalid_replay_fails_its_point_keeps_its_result_marked_invalid_and_the_next_point_runs(
+    group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_AIPERF_2", "cancelled")
+    outcomes = group.run()
+    reason = "invalid result: the replay was cancelled before it finished (aiperf was_cancelled)"
+    assert outcomes == {group.ids[2]: reason, group.ids[4]: "done"}
+    # the gate runs before result.json is written: the file is kept, marked with the gate's reason
+    kept = group.result(2)
+    assert kept is not None and kept.slurmx is not None
+    assert kept.slurmx.invalid_reason == "the replay was cancelled before it finished (aiperf was_cancelled)"
+    assert (group.state(2).stage, group.state(2).reason) == ("failed", reason)
+    assert group.stages(2)[-2:] == ["aggregate", "failed"]
+    assert group.result(4) is not None
+
+
+def test_a_failed_cache_reset_fails_the_next_point_with_the_reason(
+    group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ENGINE_RESET", "500")
+    outcomes = group.run()
+    reason = "could not reset the engine's prefix cache between points (set VLLM_SERVER_DEV_MODE=1)"
+    assert outcomes == {group.ids[2]: "done", group.ids[4]: reason}
+    assert (group.state(4).stage, group.state(4).reason) == ("failed", reason)
+    assert "replay" not in group.stages(4)  # a warm cache would skew the comparison: no replay at all
+    assert group.result(4) is None and group.resets()
+
+
+def test_a_replay_that_exits_non_zero_fails_its_point_with_aiperfs_last_line(
+    group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_AIPERF_4", "exit")
+    outcomes = group.run()
+    reason = "aiperf exited with code 4: aiperf: error: the endpoint answered 500 to every request"
+    assert outcomes == {group.ids[2]: "done", group.ids[4]: reason}
+    assert group.state(4).reason == reason and group.result(4) is None
+
+
+def test_a_failed_preflight_fails_every_point_of_the_group_and_starts_nothing(
+    group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    outcomes = group.run()
+    reason = "preflight: GPUs: the point needs 1, CUDA_VISIBLE_DEVICES shows 2 (0,1)"
+    assert outcomes == {group.ids[2]: reason, group.ids[4]: reason}
+    assert group.state(2).reason == reason and group.state(4).reason == f"not run: {reason}"
+    assert group.stages(2) == ["queued", "preflight", "failed"]
+    assert not (group.root / "engine.pid").exists()
+
+
+def test_an_engine_that_dies_at_start_fails_the_group_with_its_last_log_line(
+    group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ENGINE_EXIT", "1")
+    outcomes = group.run()
+    reason = outcomes[group.ids[2]]
+    assert reason.startswith("engine did not become ready: ") and "exit" in reason, reason
+    assert outcomes[group.ids[4]] == reason and group.state(4).reason == f"not run: {reason}"
+    assert group.result(2) is None and group.result(4) is None
+
+
+# ---- the array task's entry point, in its own process as Slurm runs it ---------------------------
+
+ENTRY = "import sys; from slurmx.node.entry import run_job; run_job(sys.argv[1], sys.argv[2:])"
+
+
+def _run_job(group: Group) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-c", ENTRY, str(group.sweep.path), group.ids[2], group.ids[4]]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
+def test_the_job_fails_in_slurms_eyes_when_a_point_failed(group: Group, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a failure that costs no server start
+    proc = _run_job(group)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    reason = "preflight: GPUs: the point needs 1, CUDA_VISIBLE_DEVICES shows 0 ()"
+    assert f"JobFailed: {group.ids[2]}: {reason}; {group.ids[4]}: {reason}" in err
+    assert [group.state(conc).stage for conc in (2, 4)] == ["failed", "failed"]
+
+
+def test_sigterm_during_the_replay_cancels_every_unfinished_point_and_stops_the_engine(
+    group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_AIPERF_2", "hang")
+    proc = _run_job(group)
+    deadline = time.monotonic() + 30
+    while not (group.root / "replaying").exists():  # the replay of the first point is running
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the replay never started"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)  # scancel
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0, err
+    for conc in (2, 4):
+        state = group.state(conc)
+        assert (state.stage, state.ended_by, state.reason) == ("cancelled", "SIGTERM", "interrupted by SIGTERM")
+        assert group.result(conc) is None
+    assert _engine_gone(group)

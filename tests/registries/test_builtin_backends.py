@@ -1,0 +1,106 @@
+"""The shipped backends' processes, connector JSON and node checks, field for field: what vLLM, the
+LMCache server and the Mooncake master are started with decides whether a point runs at all."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from slurmx.backends.base import GB, ArmProblem, backend_version
+from slurmx.backends.lmcache import BACKEND as LMCACHE
+from slurmx.backends.lmcache import LMCacheArm, LMCacheSpec, check_shm, connector_check
+from slurmx.backends.mooncake import BACKEND as MOONCAKE
+from slurmx.backends.mooncake import MooncakeArm
+from slurmx.config.master import KvOffloadBackend
+from slurmx.plan import Point
+from slurmx.process import Process, ServerPorts
+from slurmx.runtimes.pyxis import PyxisRuntime
+from slurmx.runtimes.venv import VenvRuntime
+
+PORTS = ServerPorts(engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888})
+VENV = VenvRuntime(engine_python="/venvs/engine/bin/python", lmcache_bin="/venvs/engine/bin/lmcache",
+                   mooncake_master_bin="/venvs/engine/bin/mooncake_master")  # fmt: skip
+
+
+def _point(backend: Literal["lmcache", "mooncake"], budget_gb: int, tp: int = 8, version: str | None = "1.2") -> Point:
+    return Point(
+        config_key="k", scenario="agentic-coding", image="img", model="m", model_prefix="p", precision="fp4",
+        framework="vllm", runner="cluster:t", multinode=False, disagg=False, spec_decoding="none", conc=4, tp=tp,
+        kv_offloading="dram", kv_offload_backend=KvOffloadBackend(name=backend, version=version),
+        total_cpu_dram_gb=budget_gb, exp_name="p_tp8_conc4",
+    )  # fmt: skip
+
+
+def _lmcache(server_flags: list[str], l1_size_gb: int = 4) -> LMCacheSpec:
+    return LMCacheSpec(name="lmcache", l1_size_gb=l1_size_gb, l1_fraction=1.0, chunk_size=256,
+                       transfer_mode="engine_driven", server_flags=server_flags)  # fmt: skip
+
+
+def test_mooncake_master_and_connector_are_exactly_what_vllm_and_mooncake_read() -> None:
+    arm = MooncakeArm(master_flags={"--eviction-high-watermark-ratio": "0.9"})
+    spec = MOONCAKE.spec(arm, _point("mooncake", 1889))
+    assert (spec.version, spec.per_rank_gb, spec.load_failure_policy) == ("1.2", 236.125, "recompute")
+    assert MOONCAKE.servers(spec, PORTS, VENV, {}) == [
+        Process("mooncake-master", ["/venvs/engine/bin/mooncake_master", "--port", "22888",
+                                    "--eviction-high-watermark-ratio", "0.9"], {}, None, 60)
+    ]  # fmt: skip
+    assert MOONCAKE.connector_config(spec, PORTS) == {
+        "kv_connector": "MooncakeStoreConnector",
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"master_server_address": "127.0.0.1:22888", "global_segment_size_gb": 236.125},
+    }
+    pyxis = PyxisRuntime(image="img.sqsh")
+    (server,) = MOONCAKE.servers(spec, PORTS, pyxis, {})
+    assert server.argv == pyxis.wrap(["mooncake_master", "--port", "22888", "--eviction-high-watermark-ratio",
+                                      "0.9"], "mooncake-master")  # fmt: skip
+    assert "--job-name=slurmx-mooncake-master" in server.argv
+
+
+def test_mooncake_segment_per_rank_keeps_three_decimals() -> None:
+    assert MOONCAKE.spec(MooncakeArm(), _point("mooncake", 1000, tp=3)).per_rank_gb == 333.333
+
+
+def test_lmcache_server_reset_metrics_and_checks(tmp_path: Path) -> None:
+    spec = _lmcache(["--eviction-policy", "LRU"])
+    (server,) = LMCACHE.servers(spec, PORTS, VENV, {"PYTHONHASHSEED": "7"})
+    assert server.name == "lmcache" and server.env == {
+        "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "7", "LMCACHE_DISABLE_BANNER": "1"}  # fmt: skip
+    assert (server.health_url, server.ready_timeout_s) == ("http://127.0.0.1:21888/healthcheck", 600)
+    assert LMCACHE.cache_reset_urls(spec, PORTS) == ["http://127.0.0.1:21888/cache/clear"]
+    assert LMCACHE.metrics_urls(spec, PORTS) == ["http://127.0.0.1:21888/metrics"]
+    check = Process("connector-import", ["/venvs/engine/bin/python", "-c",
+                    "import lmcache.integration.vllm.lmcache_mp_connector"], {"PYTHONUNBUFFERED": "1"}, None, 180.0)  # fmt: skip
+    assert connector_check(VENV) == check and LMCACHE.engine_checks(spec, VENV) == [check]
+    assert connector_check(PyxisRuntime(image="i")) is None  # checked inside the container instead
+    assert LMCACHE.engine_checks(spec, PyxisRuntime(image="i")) == []
+    assert LMCACHE.preflight(spec, VENV) == []  # process memory, no /dev/shm segment
+
+
+def test_lmcache_l1_in_shm_must_fit_the_tmpfs(tmp_path: Path) -> None:
+    assert _lmcache(["--shm-name", "l1", "--x", "y"]).shm_name() == "l1"
+    assert _lmcache(["--x", "y", "--shm-name", "l1"]).shm_name() == "l1"
+    assert _lmcache(["--shm-name"]).shm_name() == ""  # no value after it: not a name
+    assert _lmcache(["--x", "y"]).shm_name() == ""
+    free_gb = shutil.disk_usage(tmp_path).free / GB
+    huge = _lmcache(["--shm-name", "l1"], l1_size_gb=int(free_gb) + 10)
+    problem = check_shm(huge, tmp_path) or ""
+    shown = re.fullmatch(rf"/dev/shm has (\d+\.\d) GB free, the L1 pool needs {int(free_gb) + 10} GB", problem)
+    assert shown is not None, problem
+    assert abs(float(shown.group(1)) - free_gb) < 1.0  # others write to the same disk meanwhile
+    assert check_shm(_lmcache(["--shm-name", "l1"], l1_size_gb=0), tmp_path) is None
+    assert check_shm(_lmcache([], l1_size_gb=int(free_gb) + 10), tmp_path) is None
+
+
+def test_lmcache_l1_that_rounds_to_zero_names_the_arm_field() -> None:
+    arm = LMCacheArm(l1_fraction=0.5, chunk_size=256, transfer_mode="engine_driven")
+    with pytest.raises(ArmProblem) as caught:
+        LMCACHE.spec(arm, _point("lmcache", 1))
+    assert (caught.value.field, caught.value.message) == (("l1-fraction",), "L1 of p_tp8_conc4 rounds to 0 GB of 1 GB")
+    spec = LMCACHE.spec(arm, _point("lmcache", 5, version=None))
+    assert (spec.l1_size_gb, spec.version) == (2, None)
+    assert backend_version(_point("lmcache", 5)) == "1.2"
