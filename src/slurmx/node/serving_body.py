@@ -10,13 +10,15 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from slurmx import backends, engines
 from slurmx.node import lock as run_lock
-from slurmx.node import loopback
+from slurmx.node import loopback, telemetry
 from slurmx.node.launch import (
     ENGINE,
     ROUTER,
@@ -67,6 +69,7 @@ class Servers:
     processes: list[Managed]
     spec: ServingSpec
     lock: dict[str, Any] = field(default_factory=dict)  # lock.json's part shared by the group's points
+    telemetry_dir: Path | None = None  # the GPU sampler's files, for the whole group
 
     @property
     def engine_direct_url(self) -> str:
@@ -81,6 +84,8 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
     plan = launch_plan(spec, ports, runtime)
     base_env = dict(os.environ)
+    telemetry_dir = first.point.path / "telemetry"  # sampled for the whole group; torn down with the rest
+    supervisor.start("telemetry", telemetry.telemetry_argv(sys.executable, telemetry_dir), {}, base_env=base_env)
     checks = [
         (check, supervisor.start(check.name, check.argv, check.env, base_env=base_env))
         for check in backends.get(spec.backend.name).engine_checks(spec.backend, runtime)
@@ -97,7 +102,7 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
                 supervisor.wait_ready(managed, process.health_url, timeout_s=process.ready_timeout_s, interval_s=1.0)
             except SupervisorError as exc:
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
-    return Servers(plan, ports, started, spec, what_ran(first, runtime, supervisor))
+    return Servers(plan, ports, started, spec, what_ran(first, runtime, supervisor), telemetry_dir)
 
 
 def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[str, Any]:
@@ -224,6 +229,8 @@ def _build(member: Member, window: ReplayWindow, servers: Servers) -> Result:
     planned = servers.plan.servers if servers.plan is not None else []
     processes = [*planned, *([member.replay] if member.replay else [])]
     run_lock.write_lock(member.point.path / run_lock.LOCK_NAME, member.record.point_id, servers.lock, processes)
+    if servers.telemetry_dir is not None and window.ended_at is not None:
+        telemetry.await_sample_after(servers.telemetry_dir, window.ended_at)
     result = build_result(
         member.record.point,
         member.point.aiperf,
@@ -231,6 +238,7 @@ def _build(member: Member, window: ReplayWindow, servers: Servers) -> Result:
         window=window,
         engine_log=engine.log_path if engine else None,
         arm=arm,
+        telemetry_dir=servers.telemetry_dir,
     )
     assert result.slurmx is not None
     versions = servers.lock.get("versions", {}).get("engine", {})

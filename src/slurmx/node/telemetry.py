@@ -28,8 +28,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-METRICS_CSV = "gpu_metrics.csv"
-INFO_JSON = "telemetry.json"
+from slurmx.results.energy import INFO_JSON, METRICS_CSV
+
+__all__ = ["INFO_JSON", "METRICS_CSV", "run", "telemetry_argv"]
 ENERGY_START_CSV = "gpu_metrics_energy_start.csv"
 ENERGY_END_CSV = "gpu_metrics_energy_end.csv"
 DEFAULT_INTERVAL_S = 0.5
@@ -327,6 +328,26 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def telemetry_argv(python: str, out_dir: Path, interval_s: float = DEFAULT_INTERVAL_S) -> list[str]:
     """The sampler as the supervisor starts it (with the interpreter that runs the job body)."""
     return [python, "-m", "slurmx.node.telemetry", "--out", str(out_dir), "--interval-s", f"{interval_s:g}"]
+
+
+def await_sample_after(out_dir: Path, after_unix: float, timeout_s: float = 3.0) -> bool:
+    """Wait until the sampler has a row past `after_unix`, so the window's end is bracketed.
+
+    Returns False at once where no sampler samples (no GPU), or after `timeout_s` without one."""
+    info_path, csv_path = out_dir / INFO_JSON, out_dir / METRICS_CSV
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if json.loads(info_path.read_text()).get("source", "none") == "none":
+                return False
+            last = csv_path.read_text().rstrip("\n").rsplit("\n", 1)[-1]
+            if float(last.split(",", 1)[0]) > after_unix:
+                return True
+        except (OSError, ValueError):
+            pass  # not written yet, or a half-written last line
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 def _try(call: Callable[[], Any]) -> Any:

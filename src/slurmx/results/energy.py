@@ -27,6 +27,9 @@ from statistics import mean
 from typing import Any
 
 POWER_METRIC_SCHEMA_VERSION = 2
+# the sampler's files in its directory (node/telemetry.py writes them)
+METRICS_CSV = "gpu_metrics.csv"
+INFO_JSON = "telemetry.json"
 INTEGRATION_METHOD = "per_device_trapezoidal_with_linear_boundary_interpolation"
 MAX_SAMPLE_GAP_S = 3.0
 
