@@ -63,11 +63,18 @@ class RuntimeProfile(_Model):
     trace_dir: str | None = None
 
 
+class NodeProfile(_Model):
+    """What the job body may do to a node before a point starts."""
+
+    clean_shm: bool = False  # remove an earlier LMCache server's /dev/shm segments (no live process maps them)
+
+
 class ClusterProfile(_Model):
     available_cpu_dram_mib: PositiveInt
     gpus_per_node: PositiveInt
     slurm: SlurmProfile | None = None
     runtime: RuntimeProfile | None = None
+    node: NodeProfile | None = None
 
 
 class ClustersFile(_Model):

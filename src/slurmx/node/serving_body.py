@@ -78,7 +78,8 @@ class Servers:
 
 def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Servers:
     spec = first.spec
-    problems = preflight(spec, runtime, dict(os.environ))
+    node_profile = first.record.cluster_profile.node
+    problems = preflight(spec, runtime, dict(os.environ), remove_shm=bool(node_profile and node_profile.clean_shm))
     if problems:
         raise PointFailed("preflight: " + "; ".join(problems))
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
