@@ -18,7 +18,7 @@ from typing import Any
 
 from slurmx import backends, engines
 from slurmx.node import lock as run_lock
-from slurmx.node import loopback, telemetry
+from slurmx.node import loopback, numa, telemetry
 from slurmx.node.launch import (
     ENGINE,
     ROUTER,
@@ -91,19 +91,24 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
         (check, supervisor.start(check.name, check.argv, check.env, base_env=base_env))
         for check in backends.get(spec.backend.name).engine_checks(spec.backend, runtime)
     ]
+    numa_prefix, numa_record = numa.placement(node_profile.numa_policy if node_profile else "none", base_env)
+    if numa_prefix and not runtime.tools_on_host:
+        numa_prefix, numa_record["applied"] = [], "no: the servers start inside a container"
     started = []
     for process in plan.servers:
         if process.name == ENGINE:
             _await_checks(checks, supervisor)
         first.recorder.stage("engine" if process.name in (ENGINE, ROUTER) else "lmcache")
-        managed = supervisor.start(process.name, process.argv, process.env, base_env=base_env)
+        argv = process.argv if process.name in (ENGINE, ROUTER) else [*numa_prefix, *process.argv]
+        managed = supervisor.start(process.name, argv, process.env, base_env=base_env)
         started.append(managed)
         if process.health_url:
             try:
                 supervisor.wait_ready(managed, process.health_url, timeout_s=process.ready_timeout_s, interval_s=1.0)
             except SupervisorError as exc:
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
-    return Servers(plan, ports, started, spec, what_ran(first, runtime, supervisor), telemetry_dir)
+    lock = {**what_ran(first, runtime, supervisor), "numa": numa_record}
+    return Servers(plan, ports, started, spec, lock, telemetry_dir)
 
 
 def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[str, Any]:
