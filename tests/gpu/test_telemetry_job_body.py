@@ -144,7 +144,7 @@ def fake_nvidia_smi(bin_dir: Path) -> None:
     """nvidia-smi that answers the sampler's query with the H200's recorded answer."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "nvidia-smi"
-    script.write_text(f"#!/bin/sh\ncat {H200 / 'query-gpu-slurmx.csv'}\n")
+    script.write_text(f"#!/bin/sh\nsleep 0.3\ncat {H200 / 'query-gpu-slurmx.csv'}\n")  # slow: teardown lands mid-query
     script.chmod(0o755)
 
 

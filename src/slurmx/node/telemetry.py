@@ -184,6 +184,7 @@ class SmiSource:
             text=True,
             timeout=30,
             check=True,
+            start_new_session=True,  # the job's teardown TERMs our group: the last query must still answer
         ).stdout
         return parse_smi_rows(out)
 
@@ -193,7 +194,11 @@ class SmiSource:
     def read(self) -> list[Sample]:
         now = time.time()
         wanted = {index for index, _ in self.gpus}
-        return [smi_sample(row, now) for row in self._query() if row[0] in wanted]
+        try:
+            rows = self._query()
+        except (OSError, subprocess.SubprocessError):
+            return []  # one missed round is a gap InferenceX's rules judge; a dead sampler is no data at all
+        return [smi_sample(row, now) for row in rows if row[0] in wanted]
 
     def close(self) -> None:
         return None
