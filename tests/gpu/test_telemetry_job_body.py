@@ -176,3 +176,20 @@ def test_await_sample_after_returns_at_once_without_gpus(tmp_path: Path) -> None
     began = time.monotonic()
     assert telemetry.await_sample_after(tmp_path, time.time(), timeout_s=5) is False
     assert time.monotonic() - began < 1
+
+
+def test_collect_draws_energy_per_token_against_interactivity(tmp_path: Path) -> None:
+    from slurmx.results import plots
+    from slurmx.results.collect import Row
+
+    window = aiperf_window()
+    with_power = build_result(
+        point_from_row(POINT), AIPERF, run=META, telemetry_dir=h200_telemetry_over(window, tmp_path / "t")
+    )
+    rows = [Row(tmp_path / "result.json", "key", "sweep", with_power, collect_row(with_power, tmp_path))]
+    written = plots.write_sweep_plots(rows, tmp_path / "plots", "energy")
+    assert tmp_path / "plots" / plots.ENERGY_PNG in written
+    assert (tmp_path / "plots" / plots.ENERGY_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    without = build_result(point_from_row(POINT), AIPERF, run=META)
+    rows = [Row(tmp_path / "result.json", "key", "sweep", without, collect_row(without, tmp_path))]
+    assert not any(p.name == plots.ENERGY_PNG for p in plots.write_sweep_plots(rows, tmp_path / "p2", "none"))
