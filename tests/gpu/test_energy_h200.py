@@ -18,6 +18,7 @@ from slurmx.results import energy
 DATA = Path(__file__).resolve().parents[1] / "data"
 H200 = DATA / "gpu" / "h200"
 WINDOWS = json.loads((H200 / "proof_summary.json").read_text())["windows"]
+RERUN = DATA / "gpu" / "h200-rerun"  # another H200 machine, the branch's final code
 
 
 def inferencex() -> ModuleType:
@@ -42,6 +43,15 @@ def test_energy_matches_nvml_counter_within_2_percent(row: dict[str, Any]) -> No
     assert result.total_gpu_energy_j == pytest.approx(row["nvml_counter_delta_j"], rel=0.02)
     # the counter column, interpolated at the window's ends, tells the same story
     assert result.counter_energy_j == pytest.approx(row["nvml_counter_delta_j"], rel=0.02)
+
+
+@pytest.mark.parametrize("row", json.loads((RERUN / "proof_summary.json").read_text())["windows"], ids=str)
+def test_second_h200_run_agrees_within_2_percent_too(row: dict[str, Any]) -> None:
+    window = window_of(row)
+    result = energy.integrate(energy.read_telemetry(RERUN / "gpu_metrics.csv", window), window, 1)
+    assert result.power_valid and result.total_gpu_energy_j == pytest.approx(row["slurmx_energy_j"], rel=1e-9)
+    assert result.total_gpu_energy_j == pytest.approx(row["nvml_counter_delta_j"], rel=0.02)
+    assert row["inferencex_energy_j"] == pytest.approx(result.total_gpu_energy_j, rel=1e-12)
 
 
 def test_load_window_draws_near_the_power_limit() -> None:

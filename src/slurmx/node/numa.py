@@ -17,11 +17,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slurmx.config.clusters import NumaPolicy
+if TYPE_CHECKING:  # only stdlib at run time: the launcher starts before every backend server
+    from slurmx.config.clusters import NumaPolicy
 
-__all__ = ["NumaPolicy", "Topology", "parse_topo_matrix", "placement", "placement_prefix"]
+__all__ = ["Topology", "parse_topo_matrix", "placement", "placement_prefix"]
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
