@@ -208,7 +208,7 @@ _HEADERS = (
     ("parallelism", "<"), ("arm", "<"), ("conc", ">"), ("tok/s/GPU", ">"), ("tok/s/user", ">"),
     ("TTFT p50 s", ">"), ("TTFT p90 s", ">"), ("e2e p90 s", ">"), ("err %", ">"), ("GPU hit", ">"),
     ("CPU hit", ">"), ("ext hit", ">"), ("tier hit", ">"), ("tput vs base", ">"), ("TTFT p90 vs base", ">"),
-    ("validity", "<"),
+    ("J/out tok", ">"), ("validity", "<"),
 )  # fmt: skip
 # rich renders ~1 ms per row; beyond this many rows a plain fixed-width table keeps collect fast
 _RICH_MAX_ROWS = 300
@@ -220,7 +220,7 @@ def _cells(v: dict[str, Any]) -> list[str]:
         _fmt(v["ttft_p50_s"], ".3f"), _fmt(v["ttft_p90_s"], ".3f"), _fmt(v["e2el_p90_s"], ".2f"),
         f"{100 * v['error_rate']:.1f}", _pct(v["gpu_hit_rate"]), _pct(v["cpu_hit_rate"]),
         _pct(v["external_hit_rate"]), _tier(v), _ratio(v["tput_ratio"]), _ratio(v["ttft_p90_ratio"]),
-        _validity(v),
+        _fmt(v["j_per_out_tok"], ".3g"), _validity(v),
     ]  # fmt: skip
 
 

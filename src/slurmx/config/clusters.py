@@ -6,7 +6,7 @@ and slurmx adds optional `slurm:` and `runtime:` sections per label.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -63,11 +63,23 @@ class RuntimeProfile(_Model):
     trace_dir: str | None = None
 
 
+NumaPolicy = Literal["bind", "interleave", "none"]
+
+
+class NodeProfile(_Model):
+    """What the job body may do to a node before a point starts."""
+
+    clean_shm: bool = False  # remove an earlier LMCache server's /dev/shm segments (no live process maps them)
+    # the LMCache server's L1 pool: bound to the NUMA nodes of the point's GPUs, interleaved across them, or left
+    numa_policy: NumaPolicy = "none"
+
+
 class ClusterProfile(_Model):
     available_cpu_dram_mib: PositiveInt
     gpus_per_node: PositiveInt
     slurm: SlurmProfile | None = None
     runtime: RuntimeProfile | None = None
+    node: NodeProfile | None = None
 
 
 class ClustersFile(_Model):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from slurmx import backends
 from slurmx.backends.base import GB
+from slurmx.node import gpu_hygiene
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import Runtime
 
@@ -63,12 +64,21 @@ def check_tools(spec: ServingSpec, runtime: Runtime) -> str | None:
     return None
 
 
-def preflight(spec: ServingSpec, runtime: Runtime, env: dict[str, str]) -> list[str]:
+def check_node_clean(env: dict[str, str], remove_shm: bool) -> str | None:
+    """GPU hygiene and /dev/shm leftovers; what is only worth knowing goes to the job's log."""
+    findings = gpu_hygiene.node_hygiene(env, remove_shm=remove_shm)
+    for note in findings.notes:
+        print(f"preflight: {note}", flush=True)
+    return findings.failure(env.get("SLURMD_NODENAME"))
+
+
+def preflight(spec: ServingSpec, runtime: Runtime, env: dict[str, str], *, remove_shm: bool = False) -> list[str]:
     """Every failed check, cheapest first; empty when the point may start."""
     checks = [
         check_gpus(spec, env),
         check_tools(spec, runtime),
         check_memory(spec, available_memory_bytes()),
+        check_node_clean(env, remove_shm),
     ]
     problems = [c for c in checks if c]
     return problems + backends.get(spec.backend.name).preflight(spec.backend, runtime)

@@ -10,13 +10,15 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from slurmx import backends, engines
 from slurmx.node import lock as run_lock
-from slurmx.node import loopback
+from slurmx.node import loopback, numa, telemetry
 from slurmx.node.launch import (
     ENGINE,
     ROUTER,
@@ -68,6 +70,7 @@ class Servers:
     processes: list[Managed]
     spec: ServingSpec
     lock: dict[str, Any] = field(default_factory=dict)  # lock.json's part shared by the group's points
+    telemetry_dir: Path | None = None  # the GPU sampler's files, for the whole group
 
     @property
     def engine_direct_url(self) -> str:
@@ -76,22 +79,29 @@ class Servers:
 
 def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Servers:
     spec = first.spec
-    problems = preflight(spec, runtime, dict(os.environ))
+    node_profile = first.record.cluster_profile.node
+    problems = preflight(spec, runtime, dict(os.environ), remove_shm=bool(node_profile and node_profile.clean_shm))
     if problems:
         raise PointFailed("preflight: " + "; ".join(problems))
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
     plan = launch_plan(spec, ports, runtime)
     base_env = dict(os.environ)
+    telemetry_dir = first.point.path / "telemetry"  # sampled for the whole group; torn down with the rest
+    supervisor.start("telemetry", telemetry.telemetry_argv(sys.executable, telemetry_dir), {}, base_env=base_env)
     checks = [
         (check, supervisor.start(check.name, check.argv, check.env, base_env=base_env))
         for check in backends.get(spec.backend.name).engine_checks(spec.backend, runtime)
     ]
+    numa_prefix, numa_record = numa.placement(node_profile.numa_policy if node_profile else "none", base_env)
+    if numa_prefix and not runtime.tools_on_host:
+        numa_prefix, numa_record["applied"] = [], "no: the servers start inside a container"
     started = []
     for process in plan.servers:
         if process.name == ENGINE:
             _await_checks(checks, supervisor)
         first.recorder.stage("engine" if process.name in (ENGINE, ROUTER) else "lmcache")
-        managed = supervisor.start(process.name, process.argv, process.env, base_env=base_env)
+        argv = process.argv if process.name in (ENGINE, ROUTER) else [*numa_prefix, *process.argv]
+        managed = supervisor.start(process.name, argv, process.env, base_env=base_env)
         started.append(managed)
         if process.health_url:
             try:
@@ -100,7 +110,8 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
                 )
             except SupervisorError as exc:
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
-    return Servers(plan, ports, started, spec, what_ran(first, runtime, supervisor))
+    lock = {**what_ran(first, runtime, supervisor), "numa": numa_record}
+    return Servers(plan, ports, started, spec, lock, telemetry_dir)
 
 
 def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[str, Any]:
@@ -230,6 +241,8 @@ def _build(member: Member, window: ReplayWindow, servers: Servers) -> Result:
     planned = servers.plan.servers if servers.plan is not None else []
     processes = [*planned, *([member.replay] if member.replay else [])]
     run_lock.write_lock(member.point.path / run_lock.LOCK_NAME, member.record.point_id, servers.lock, processes)
+    if servers.telemetry_dir is not None and window.ended_at is not None:
+        telemetry.await_sample_after(servers.telemetry_dir, window.ended_at)
     result = build_result(
         member.record.point,
         member.point.aiperf,
@@ -237,6 +250,7 @@ def _build(member: Member, window: ReplayWindow, servers: Servers) -> Result:
         window=window,
         engine_log=engine.log_path if engine else None,
         arm=arm,
+        telemetry_dir=servers.telemetry_dir,
     )
     assert result.slurmx is not None
     versions = servers.lock.get("versions", {}).get("engine", {})

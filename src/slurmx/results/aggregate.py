@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from slurmx.plan import Point
-from slurmx.results import prometheus
+from slurmx.results import energy, prometheus
 from slurmx.results.evidence import ArmInputs, build_evidence
 from slurmx.results.schema import (
     ComponentMeta,
+    EnergyMeta,
     KvCache,
     KvOffload,
     Latency,
@@ -95,6 +96,7 @@ def build_result(
     window: ReplayWindow | None = None,
     engine_log: Path | None = None,
     arm: ArmInputs | None = None,
+    telemetry_dir: Path | None = None,
 ) -> Result:
     """The aggregate of one point's replay; its identity fields are the point's InferenceX row.
 
@@ -130,7 +132,10 @@ def build_result(
     backend = point.kv_offload_backend
     dataset = (profile.get("metadata") or {}).get("dataset") if isinstance(profile, dict) else None
     assert isinstance(point.conc, int), "a single-node point has one concurrency"
-    return Result(
+    power: dict[str, int | float] = {}
+    if telemetry_dir is not None:
+        power, meta.energy = point_energy(Path(telemetry_dir), profile, records, gpus)
+    result = Result(
         hw=point.runner,
         conc=point.conc,
         image=point.image,
@@ -167,6 +172,45 @@ def build_result(
         warnings=_warnings(server_metrics, source) or None,
         slurmx=meta,
     )
+    for key, value in power.items():
+        setattr(result, key, value)
+    return result
+
+
+def point_energy(
+    telemetry_dir: Path, profile: dict[str, Any], records: list[dict[str, Any]], gpus: int
+) -> tuple[dict[str, int | float], EnergyMeta]:
+    """InferenceX's power fields for the replay's window, and the telemetry behind them.
+
+    No telemetry on the node (no GPU): no power fields, and the reason in the slurmx block."""
+    info_path = telemetry_dir / energy.INFO_JSON
+    info = _load_json(info_path) if info_path.is_file() else {}
+    source = str(info.get("source") or "none")
+    if source == "none":
+        reason = str(info.get("absent_reason") or f"no telemetry in {telemetry_dir}")
+        return {}, EnergyMeta(source="none", absent_reason=reason)
+    window, reasons = energy.window_from_aiperf(profile, records)
+    if window is None:
+        meta = EnergyMeta(source=source, reasons=reasons)
+        return {"power_metric_schema_version": energy.POWER_METRIC_SCHEMA_VERSION, "power_valid": 0}, meta
+    measured = energy.integrate(energy.read_telemetry(telemetry_dir / energy.METRICS_CSV, window), window, gpus)
+    per_kw = measured.tokens_per_s_per_kw(window) or {}
+    meta = EnergyMeta(
+        source=source,
+        power_valid=measured.power_valid,
+        reasons=measured.reasons,
+        integration_method=energy.INTEGRATION_METHOD,
+        window_start_unix=window.start_unix,
+        window_end_unix=window.end_unix,
+        gpu_ids=measured.observed_gpu_ids,
+        per_gpu_energy_j=measured.per_gpu_energy_j,
+        per_gpu_max_sample_gap_s=measured.per_gpu_max_sample_gap_s,
+        peak_power_w=measured.peak_power_w,
+        counter_energy_j=measured.counter_energy_j,
+        output_tokens_per_s_per_kw=per_kw.get("output"),
+        total_tokens_per_s_per_kw=per_kw.get("total"),
+    )
+    return energy.power_fields(measured, window), meta
 
 
 def write_result(path: Path, result: Result) -> None:

@@ -277,6 +277,20 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:
         "path": str(path),
         "repeat": meta.repeat if meta else 1,
         "repeat_mode": meta.repeat_mode if meta else None,
+        **energy_columns(result),
+    }
+
+
+def energy_columns(result: Result) -> dict[str, Any]:
+    """InferenceX's power fields (only a valid measurement has them) and tokens/s per kW of GPU power."""
+    energy = result.slurmx.energy if result.slurmx else None
+    return {
+        "avg_gpu_w": result.avg_power_w,
+        "gpu_energy_j": result.total_gpu_energy_j,
+        "j_per_out_tok": result.joules_per_output_token,
+        "j_per_tok": result.joules_per_total_token,
+        "tok_s_per_kw": energy.total_tokens_per_s_per_kw if energy and energy.power_valid else None,
+        "power_invalid": ";".join(energy.reasons) if energy and not energy.power_valid else None,
     }
 
 
@@ -347,6 +361,7 @@ CSV_COLUMNS = (
     "ttft_p90_ratio",
     "slurm_job_id", "node", "attempt", "ended_at", "path",
     "repeat", "repeat_mode",
+    "avg_gpu_w", "gpu_energy_j", "j_per_out_tok", "j_per_tok", "tok_s_per_kw", "power_invalid",
 )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from slurmx.store import atomic
 
 PARETO_PNG = "tput_per_gpu_vs_interactivity.png"
 TTFT_PNG = "ttft_p90_vs_conc.png"
+ENERGY_PNG = "energy_vs_interactivity.png"  # only where points have power telemetry
 _MARKERS = "osD^vP*X"
 _DIGEST = ".inputs.sha256"
 
@@ -77,6 +78,20 @@ def write_sweep_plots(rows: list[Row], out_dir: Path, title: str, inputs: list[P
             written.append(path)
         finally:
             plt.close(fig)
+    if any(v.get("j_per_out_tok") is not None for values in series.values() for v in values):
+        fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+        try:
+            _energy(ax, series)
+            ax.set_title(title, fontsize=10)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8, loc="best", title="arm · parallelism", title_fontsize=8)
+            fig.tight_layout()
+            tmp = out_dir / f".{ENERGY_PNG}.tmp.png"
+            fig.savefig(tmp)
+            tmp.replace(out_dir / ENERGY_PNG)
+            written.append(out_dir / ENERGY_PNG)
+        finally:
+            plt.close(fig)
     if inputs is not None:
         atomic.write_text(out_dir / _DIGEST, inputs_digest(inputs) + "\n")
     return written
@@ -127,6 +142,22 @@ def _pareto(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
                 ax.annotate(f"c{conc}", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=7, color="0.3")
     ax.set_xlabel("interactivity: output tokens/s per user (median, 1/ITL p50)")
     ax.set_ylabel("throughput per GPU: total tokens/s/GPU")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+
+
+def _energy(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
+    """GPU energy per output token against interactivity (points with valid power telemetry only)."""
+    for label, values in series.items():
+        pts = sorted(
+            (v["intvty_p50"], v.get("j_per_out_tok"))
+            for v in values
+            if v["intvty_p50"] is not None and v.get("j_per_out_tok") is not None
+        )
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, linewidth=1.5, **_style(label, series))
+    ax.set_xlabel("interactivity: output tokens/s per user (median, 1/ITL p50)")
+    ax.set_ylabel("GPU energy per output token (J)")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
 

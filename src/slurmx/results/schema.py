@@ -43,8 +43,12 @@ infx/results/agentic/). Facts taken from there:
 
 Everything slurmx adds lives under `slurmx`, so an InferenceX reader sees only its own fields.
 
-Fields newer than this schema (InferenceX added power fields to its aggregates on Aug 18) are
-accepted and kept on round trips; known fields still reject wrong types.
+- Power (utils/aggregate_power.py, power_metric_schema_version 2): power_metric_schema_version,
+  power_valid (1/0) and, only when valid, avg_power_w, avg_total_gpu_power_w, total_gpu_energy_j,
+  joules_per_successful_query / _input_token / _output_token / _total_token (slurmx.results.energy
+  computes them by the same rules); absent when no telemetry ran (a node without GPUs).
+
+Fields newer than this schema are accepted and kept on round trips; known fields still reject wrong types.
 """
 
 from __future__ import annotations
@@ -235,6 +239,25 @@ class ArmEvidence(_Strict):
         return self.working_set_tokens > self.kv_pool_tokens
 
 
+class EnergyMeta(_Strict):
+    """The telemetry behind the power fields, and what InferenceX keeps in its validation sidecar."""
+
+    source: str  # nvml | nvidia-smi | none
+    absent_reason: str | None = None  # why a node had no GPU telemetry
+    power_valid: bool = False
+    reasons: list[str] = Field(default_factory=list)  # InferenceX's reason codes
+    integration_method: str | None = None
+    window_start_unix: float | None = None
+    window_end_unix: float | None = None
+    gpu_ids: list[str] = Field(default_factory=list)
+    per_gpu_energy_j: dict[str, float] = Field(default_factory=dict)
+    per_gpu_max_sample_gap_s: dict[str, float] = Field(default_factory=dict)
+    peak_power_w: float | None = None
+    counter_energy_j: float | None = None  # the driver's energy counter over the same window
+    output_tokens_per_s_per_kw: float | None = None
+    total_tokens_per_s_per_kw: float | None = None
+
+
 class SlurmxMeta(_Strict):
     """What slurmx knows about the run and InferenceX does not; never read by InferenceX."""
 
@@ -258,6 +281,7 @@ class SlurmxMeta(_Strict):
     engine_metrics_source: MetricsSource = "none"
     image_digest: str | None = None  # from the lock, where the runtime knows it
     evidence: ArmEvidence | None = None
+    energy: EnergyMeta | None = None  # GPU telemetry over the window (None: no sampler ran)
     invalid_reason: str | None = None  # set when the validity gate refused the point (the file is kept)
     labels: list[str] = Field(default_factory=list)  # e.g. "offload not exercised": valid, but say so
     repeat: int = 1  # which run of the point this is (`submit --repeats`); part of the result's identity
@@ -320,6 +344,16 @@ class Result(_Strict):
     server_metrics: ServerMetrics = Field(default_factory=ServerMetrics)
     kv_cache_pool_tokens: int | None = None
     warnings: list[str] | None = None
+    # power, InferenceX's names and contract; absent when no telemetry ran
+    power_metric_schema_version: int | None = None
+    power_valid: int | None = None
+    avg_power_w: float | None = None
+    avg_total_gpu_power_w: float | None = None
+    total_gpu_energy_j: float | None = None
+    joules_per_successful_query: float | None = None
+    joules_per_input_token: float | None = None
+    joules_per_output_token: float | None = None
+    joules_per_total_token: float | None = None
     # slurmx's own, under one key
     slurmx: SlurmxMeta | None = None
 
@@ -355,6 +389,17 @@ class Result(_Strict):
         return data
 
 
+POWER_FIELDS = (
+    "power_metric_schema_version",
+    "power_valid",
+    "avg_power_w",
+    "avg_total_gpu_power_w",
+    "total_gpu_energy_j",
+    "joules_per_successful_query",
+    "joules_per_input_token",
+    "joules_per_output_token",
+    "joules_per_total_token",
+)
 # Keys InferenceX writes only when they apply; all others are always present (possibly null).
 _OMIT_WHEN_NONE = (
     "router",
@@ -372,4 +417,5 @@ _OMIT_WHEN_NONE = (
     ),
     "num_prefill_gpu",
     "num_decode_gpu",
+    *POWER_FIELDS,
 )

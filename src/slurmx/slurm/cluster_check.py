@@ -95,3 +95,25 @@ def why_unrunnable(request: SlurmRequest, partitions: set[str], nodes: list[Node
         most = max(n.real_memory_mb for n in with_features)
         return f"no matching node has {request.mem} of memory (at most {most} MB)"
     return None
+
+
+def why_memory_short(request: SlurmRequest, need_mb: int, what: str, nodes: list[NodeInfo]) -> str | None:
+    """The reason no node that could take `request` has the host memory a point needs, with the figures."""
+    if need_mb <= 0:
+        return None
+    gpu_type = request.gres_type or ""
+    fitting = [
+        n
+        for n in nodes
+        if request.partition in n.partitions
+        and n.name not in request.exclude
+        and (n.gpus_by_type.get(gpu_type, 0) if gpu_type else sum(n.gpus_by_type.values())) >= request.gpus
+        and set(request.features) <= n.features
+    ]
+    if not fitting or any(n.real_memory_mb >= need_mb for n in fitting):
+        return None
+    largest = max(fitting, key=lambda n: n.real_memory_mb)
+    return (
+        f"host memory: the point needs {need_mb} MB ({what}), the largest node that fits its request "
+        f"({largest.name}) has RealMemory={largest.real_memory_mb} MB"
+    )

@@ -10,6 +10,7 @@ from typing import Any
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node.entry import run_job
+from slurmx.node.preflight import memory_margin_bytes
 from slurmx.slurm import cluster_check
 from slurmx.slurm.sbatch import ArrayPlan, array_id, render_sbatch, submit_array
 from slurmx.store import ledger
@@ -72,12 +73,27 @@ def sweep_dir(tree: ResultsTree, key: str, inputs: Inputs) -> SweepDir:
     return tree.sweep(key, ledger.sweep_id_for(key, inputs.key_points(key)))
 
 
+def host_memory_need_mb(item: Resolved) -> tuple[int, str]:
+    """The host DRAM a point pins (its backend's pool) plus the margin preflight asks for, in MB."""
+    pool = item.serving.backend.host_memory_bytes() if item.serving is not None else 0
+    if not pool:
+        return 0, ""
+    margin = memory_margin_bytes(pool)
+    mib = 2**20
+    return (
+        pool + margin
+    ) // mib, f"{item.serving.backend.name if item.serving else ''} pool {pool // mib} MB + margin {margin // mib} MB"
+
+
 def check_cluster(resolved: list[Resolved]) -> None:
     """Can the cluster ever run each request? One query of nodes and partitions for all of them."""
     partitions = cluster_check.query_partitions()
     nodes = cluster_check.query_nodes()
     for item in resolved:
         reason = cluster_check.why_unrunnable(item.request, partitions, nodes)
+        if reason is None:
+            need_mb, what = host_memory_need_mb(item)
+            reason = cluster_check.why_memory_short(item.request, need_mb, what, nodes)
         if reason:
             p = item.point
             raise UserError(f"{p.config_key} point {p.point_id} ({p.exp_name}) can never run here: {reason}")

@@ -1,0 +1,77 @@
+"""The job body applies the profile's NUMA policy to the backend's server (not the engine): the
+placement shows in commands/, the process runs pinned, and the lock records policy and topology.
+Real processes stand in for LMCache and vLLM (they only report where they run)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from slurmx.config.clusters import NodeProfile
+from slurmx.inputs import load_inputs
+from slurmx.node import numa, serving_body
+from slurmx.node.launch import ENGINE, LaunchPlan
+from slurmx.node.recorder import StageRecorder
+from slurmx.node.supervisor import Supervisor
+from slurmx.process import Process
+from slurmx.runtimes import runtime_for
+from slurmx.store.ledger import queue_point
+from slurmx.store.tree import ResultsTree
+from slurmx.submit.resolved import resolve_points
+
+REPORT = "import os, time; print('cpus', sorted(os.sched_getaffinity(0)), flush=True); time.sleep(60)"
+
+
+def start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str) -> tuple[Path, dict[str, Any]]:
+    key = "tiny-fp32-local-vllm-agentic-lmcache"
+    inputs = load_inputs(None, None, [key])
+    item = resolve_points(inputs.points, inputs)[0]
+    point = ResultsTree(tmp_path).sweep(key, "s1").point(item.point.point_id)
+    record = item.record("s1")
+    profile = record.cluster_profile.model_copy(update={"node": NodeProfile(numa_policy=policy)})  # type: ignore[arg-type]
+    record = record.model_copy(update={"cluster_profile": profile})
+    queue_point(point, record)
+    member = serving_body.Member(point, record, StageRecorder(point))
+    plan = LaunchPlan(
+        [Process("lmcache", [sys.executable, "-c", REPORT], {}), Process(ENGINE, [sys.executable, "-c", REPORT], {})]
+    )
+    monkeypatch.setattr(serving_body, "preflight", lambda *a, **k: [])
+    monkeypatch.setattr(serving_body, "launch_plan", lambda *a: plan)
+    monkeypatch.setattr(serving_body, "what_ran", lambda *a: {})
+    monkeypatch.setattr(
+        serving_body, "backends", SimpleNamespace(get=lambda name: SimpleNamespace(engine_checks=lambda *a: []))
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")  # no numactl on this host anyway
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2] / "src"))
+    runtime = runtime_for(record.cluster_profile, record.point.image)
+    with Supervisor(point.path, "t15-numa") as sup:
+        servers = serving_body.start_servers(member, runtime, sup)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "cpus" not in (point.path / "logs" / "lmcache.log").read_text():
+            time.sleep(0.1)
+        logs = {name: (point.path / "logs" / f"{name}.log").read_text() for name in ("lmcache", ENGINE)}
+    return point.path, {"lock": servers.lock, "logs": logs}
+
+
+def test_bind_policy_places_the_lmcache_server_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, seen = start(tmp_path, monkeypatch, "bind")
+    nodes = numa.read_numa_nodes()
+    cpus = ",".join(nodes[n] for n in sorted(nodes))
+    assert f"-m slurmx.node.numa --cpus {cpus} --" in (path / "commands" / "lmcache.txt").read_text()
+    assert "slurmx.node.numa" not in (path / "commands" / "engine.txt").read_text()
+    assert f"cpus {sorted(numa.parse_cpu_list(cpus))}" in seen["logs"]["lmcache"]
+    record = seen["lock"]["numa"]
+    assert record["policy"] == "bind" and record["nodes"] == sorted(nodes)
+    assert record["topology"]["numa_nodes"] == {str(n): c for n, c in nodes.items()}
+
+
+def test_no_policy_leaves_the_command_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, seen = start(tmp_path, monkeypatch, "none")
+    assert "slurmx.node.numa" not in (path / "commands" / "lmcache.txt").read_text()
+    assert seen["lock"]["numa"]["policy"] == "none" and seen["lock"]["numa"]["prefix"] == []
