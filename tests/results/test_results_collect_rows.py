@@ -48,7 +48,8 @@ def test_a_row_carries_every_column_from_its_result(tmp_path: Path) -> None:
         "invalid_reason": None, "labels": "", "engine_version": None, "backend_version": None,
         "image": result.image, "repeat": 1, "repeat_mode": None,
         # no GPU telemetry in this result: no energy figures, and no power verdict
-        "gpu_energy_j": None, "j_per_out_tok": None, "j_per_tok": None, "tok_s_per_kw": None, "power_invalid": None,
+        "gpu_energy_j": None, "avg_gpu_w": None, "j_per_out_tok": None, "j_per_tok": None, "tok_s_per_kw": None,
+        "power_invalid": None,
     }  # fmt: skip
     # every metric differs from the others, so a column fed from the wrong field shows
     numbers = [v for k, v in row.values.items() if k.endswith(("_s", "_p50", "_p90", "_gpu"))]
