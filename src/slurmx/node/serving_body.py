@@ -16,7 +16,7 @@ from typing import Any
 
 from slurmx import backends, engines
 from slurmx.node import lock as run_lock
-from slurmx.node import loopback
+from slurmx.node import loopback, provision
 from slurmx.node.launch import (
     ENGINE,
     ROUTER,
@@ -36,7 +36,7 @@ from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
 from slurmx.results import gate
 from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunMeta, build_result, write_result
-from slurmx.results.evidence import ArmInputs
+from slurmx.results.evidence import ArmInputs, log_failures
 from slurmx.results.schema import Result
 from slurmx.runtimes import Runtime, runtime_for
 from slurmx.store.ledger import PointRecord
@@ -78,8 +78,9 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
     problems = preflight(spec, runtime, dict(os.environ))
     if problems:
         raise PointFailed("preflight: " + "; ".join(problems))
+    provisioned = provision.run(spec, runtime, supervisor)
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
-    plan = launch_plan(spec, ports, runtime)
+    plan = launch_plan(spec, ports, runtime, provisioned.env)
     base_env = dict(os.environ)
     checks = [
         (check, supervisor.start(check.name, check.argv, check.env, base_env=base_env))
@@ -97,7 +98,10 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
                 supervisor.wait_ready(managed, process.health_url, timeout_s=process.ready_timeout_s, interval_s=1.0)
             except SupervisorError as exc:
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
-    return Servers(plan, ports, started, spec, what_ran(first, runtime, supervisor))
+        if fatal := log_failures(spec.backend.name, {process.name: managed.log_path}, fatal_only=True):
+            raise PointFailed(fatal[0])
+    lock = what_ran(first, runtime, supervisor) | {"provision": provisioned.record}
+    return Servers(plan, ports, started, spec, lock)
 
 
 def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[str, Any]:
