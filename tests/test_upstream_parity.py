@@ -18,6 +18,7 @@ import pytest
 
 from slurmx.commands.render import point_processes
 from slurmx.inputs import load_inputs
+from slurmx.node import provision
 from slurmx.runtimes import runtime_for
 from slurmx.submit.resolved import Resolved, resolve_points
 from tests.conftest import FIXTURES
@@ -34,6 +35,7 @@ from tests.helpers.upstream_diff import (
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "docs" / "upstream-differences.yaml"
+STANDIN_TORCH_LIB = "/standin/torch/lib"
 _EXPORT = re.compile(r"export (\w+)=(\S*)$")
 
 
@@ -52,15 +54,18 @@ def _job_env(item: Resolved) -> dict[str, str]:
 
 
 def _provision_facts(item: Resolved) -> Facts:
-    """The job body's provisioning step, as facts. There is none yet: every upstream install, import check
-    and download is an `open` row of the table until it lands (issue 9, item 3)."""
-    return {}
+    """The job body's provisioning step (slurmx.node.provision), as facts: what it installs, checks and
+    downloads, named as the upstream capture names the script's own actions."""
+    assert item.serving is not None
+    steps = provision.plan(item.serving, runtime_for(item.profile, item.point.image))
+    return {("provision", s.item): s.value for s in steps}
 
 
 def _compare(key: str, item: Resolved, scripts: Path) -> PointCompare:
     with tempfile.TemporaryDirectory(prefix="slurmx-upstream-") as work:
         cap = capture(item.point, SEED_UPSTREAM[key], scripts, Path(work))
-        paths = {f"{work}/result": "$RESULT_DIR", work: "<work>"}
+        # the torch the stand-in python3 reports: the directory provisioning finds on the node
+        paths = {f"{work}/result": "$RESULT_DIR", work: "<work>", STANDIN_TORCH_LIB: provision.REVIEW_TORCH_LIB}
         upstream = upstream_facts(cap, paths)
     assert item.serving is not None
     ours = slurmx_facts(point_processes(item), _job_env(item), _provision_facts(item))

@@ -1,6 +1,6 @@
 """A stand-in for `aiperf profile`, for the job-body tests: writes real aiperf 0.13 artifacts.
 
-Takes aiperf's argv (uses --artifact-dir and --concurrency) and copies the recorded artifacts of
+Answers `--version` as aiperf does; takes aiperf's argv (uses --artifact-dir and --concurrency) and copies the recorded artifacts of
 tests/data/aiperf/lmcache-replay there. FAKE_AIPERF_<conc> (per concurrency) steers it:
   cancelled  artifacts of a replay aiperf cancelled (the validity gate must refuse them)
   exit       no artifacts, a last log line and exit code 4
@@ -21,6 +21,9 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "aiperf" / "lmcache-repl
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--version"]:  # what the job body's provisioning step asks of aiperf
+        print("aiperf 0.13.0")
+        return 0
     parser = argparse.ArgumentParser()
     parser.add_argument("--artifact-dir", type=Path, required=True)
     parser.add_argument("--concurrency", required=True)

@@ -1,6 +1,6 @@
 """A stand-in for vLLM's OpenAI server, for the job-body tests: real process, real HTTP, no model.
 
-Takes vLLM's argv (uses only --port), answers GET /health and GET /metrics (a real vLLM scrape from
+Takes vLLM's argv (uses only --port; `-c CODE` runs CODE, as the engine venv's python would), answers GET /health and GET /metrics (a real vLLM scrape from
 tests/data) and POST /reset_prefix_cache. Environment, for the test to steer it:
   FAKE_ENGINE_DIR       where it writes engine.pid and appends one line per cache reset to resets
   FAKE_ENGINE_RESET     HTTP status for cache resets (default 200)
@@ -46,6 +46,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["-c"]:  # as the engine environment's python: provisioning runs snippets with it
+        os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     args, _vllm_flags = parser.parse_known_args()

@@ -82,6 +82,7 @@ def group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Group:
     _script(bin_dir / "python-fake", HERE / "fake_engine.py")
     _script(bin_dir / "aiperf-fake", HERE / "fake_aiperf.py")
     (tmp_path / "models" / "tiny-llama").mkdir(parents=True)
+    (tmp_path / "models" / "tiny-llama" / "config.json").write_text("{}")  # a model directory is not empty
     clusters = tmp_path / "clusters.yaml"
     clusters.write_text(CLUSTERS.format(bin=bin_dir, root=tmp_path))
     inputs = load_inputs([ROOT / "configs" / "local-master.yaml"], clusters, [KEY])

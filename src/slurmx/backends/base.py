@@ -68,6 +68,7 @@ class LogPattern:
     log: str
     regex: str
     reason: str
+    fatal: bool = False  # found once the server is ready, it fails the point before the replay
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class Backend(Protocol[S]):
     port_names: tuple[str, ...]  # ports of its own servers, chosen on the node
     connector: str | None  # the kv_connector the engine must carry for this arm (None: no connector)
     log_patterns: tuple[LogPattern, ...]  # known fallback/failure lines of this backend
+    distribution: str | None  # the pip distribution kv-offload-backend.version pins (provisioning installs it)
+    preloads_torch: bool  # its server needs torch's libraries preloaded (provisioning finds them)
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         """Rules a recipe arm must obey to run this backend (checked when the recipe loads)."""
@@ -104,6 +107,10 @@ class Backend(Protocol[S]):
 
     def preflight(self, spec: S, runtime: Runtime) -> list[str]:
         """One line per problem on this node that would stop the backend (fast checks, before any server)."""
+        ...
+
+    def import_checks(self, spec: S) -> list[str]:
+        """Modules the point's environment must import (provisioning checks them before any server)."""
         ...
 
     def engine_checks(self, spec: S, runtime: Runtime) -> list[Process]:
@@ -133,6 +140,8 @@ class BaseBackend(Generic[S]):
     port_names: tuple[str, ...] = ()
     connector: str | None = None
     log_patterns: tuple[LogPattern, ...] = ()
+    distribution: str | None = None
+    preloads_torch: bool = False
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         return []
@@ -147,6 +156,9 @@ class BaseBackend(Generic[S]):
         return None
 
     def preflight(self, spec: S, runtime: Runtime) -> list[str]:
+        return []
+
+    def import_checks(self, spec: S) -> list[str]:
         return []
 
     def engine_checks(self, spec: S, runtime: Runtime) -> list[Process]:

@@ -44,7 +44,13 @@ TIER_COUNTERS = {
 TIER_GAUGES = {"l1_usage_ratio_max": "lmcache_mp_l1_usage_ratio", "l1_bytes_max": "lmcache_mp_l1_memory_usage_bytes"}
 # Lines LMCache 0.5.6 (server) and its connector (engine log) print when the tier silently degrades.
 LOG_PATTERNS = (
-    LogPattern("lmcache", r"stays on the torch baseline", "LMCache fell back to torch ops (no compiled extension)"),
+    # PR #2597's guard, on the same line: without c_ops 77-98 % of stores fail, so the point fails at start
+    LogPattern(
+        "lmcache",
+        r"(cuda_)?c?_?ops compiled extension not found|stays on the torch baseline",
+        "LMCache fell back to torch ops (no compiled extension)",
+        fatal=True,
+    ),
     LogPattern("lmcache", r"Insufficient /dev/shm capacity", "LMCache's L1 fell back from /dev/shm to pickle"),
     LogPattern("lmcache", r"builtin hash without PYTHONHASHSEED", "LMCache hashes without PYTHONHASHSEED"),
     LogPattern("engine", r"did not respond to register_kv_caches", "the engine could not register its KV caches"),
@@ -58,6 +64,7 @@ class LMCacheArm(Arm):
     transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"]
     mq_timeout_s: float | None = None
     server_flags: Flags = Field(default_factory=dict)
+    import_check: list[str] = Field(default_factory=list)  # modules beyond the connector's (provisioning)
 
 
 class LMCacheSpec(BackendSpec):
@@ -67,6 +74,7 @@ class LMCacheSpec(BackendSpec):
     transfer_mode: str
     mq_timeout_s: float | None = None
     server_flags: list[str] = []
+    import_check: list[str] = []
 
     def host_memory_bytes(self) -> int:
         return self.l1_size_gb * GB
@@ -91,6 +99,8 @@ class LMCache(BaseBackend[LMCacheSpec]):
     port_names = ("lmcache", "lmcache-http")
     connector = CONNECTOR
     log_patterns = LOG_PATTERNS
+    distribution = "lmcache"
+    preloads_torch = True
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         assert isinstance(arm, LMCacheArm)
@@ -125,6 +135,7 @@ class LMCache(BaseBackend[LMCacheSpec]):
             transfer_mode=arm.transfer_mode,
             mq_timeout_s=arm.mq_timeout_s,
             server_flags=render_flags(arm.server_flags),
+            import_check=list(arm.import_check),
             startup_timeout_s=arm.startup_timeout_s,
         )
 
@@ -158,6 +169,9 @@ class LMCache(BaseBackend[LMCacheSpec]):
 
     def preflight(self, spec: LMCacheSpec, runtime: Runtime) -> list[str]:
         return [p for p in (check_shm(spec),) if p]
+
+    def import_checks(self, spec: LMCacheSpec) -> list[str]:
+        return [CONNECTOR_MODULE, *spec.import_check]
 
     def engine_checks(self, spec: LMCacheSpec, runtime: Runtime) -> list[Process]:
         return [check] if (check := connector_check(runtime)) else []

@@ -14,6 +14,7 @@ from slurmx import backends
 from slurmx.commands.common import add_config_options, load_points
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
+from slurmx.node import provision
 from slurmx.node.launch import launch_plan, replay_process
 from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
@@ -63,7 +64,7 @@ def point_processes(item: Resolved) -> list[Process]:
     assert spec is not None, "a command point starts no serving processes"
     runtime = runtime_for(item.profile, point.image)
     ports = review_ports(spec)
-    plan = launch_plan(spec, ports, runtime)
+    plan = launch_plan(spec, ports, runtime, provision.review_env(spec))
     trace = POINT_DIR / "trace.jsonl" if spec.replay.kind == "synthetic" else None
     return [*plan.servers, replay_process(spec, ports, runtime, POINT_DIR / "aiperf", trace, 0)]
 
@@ -73,7 +74,9 @@ def render_point(item: Resolved) -> str:
     header = f"# point {point.point_id} {point.exp_name} ({point.parallelism}, {point.backend_name}, conc {point.conc})"
     if spec is None:
         return f"{header}\n# runtime kind command: {shlex.join(item.profile.runtime.command or []) if item.profile.runtime else ''}\n"
-    return "\n\n".join([header, *(_process_text(p) for p in point_processes(item))]) + "\n"
+    steps = provision.plan(spec, runtime_for(item.profile, point.image))
+    provisioning = list({s.process.name: s.process for s in steps}.values())  # one process may check several
+    return "\n\n".join([header, *(_process_text(p) for p in [*provisioning, *point_processes(item)])]) + "\n"
 
 
 def render_key(key: str, inputs: Inputs, results: Path, only: str | None = None) -> str:

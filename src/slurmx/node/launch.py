@@ -6,7 +6,8 @@ point has one; the replay last. Backends, engines and runtimes come from their r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurmx import backends, engines
@@ -53,7 +54,17 @@ def engine_direct_url(spec: ServingSpec, ports: ServerPorts) -> str:
     return loopback(engine_port(spec, ports))
 
 
-def launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> LaunchPlan:
+def launch_plan(
+    spec: ServingSpec, ports: ServerPorts, runtime: Runtime, provisioned: Mapping[str, Mapping[str, str]] | None = None
+) -> LaunchPlan:
+    """`provisioned`: env the provisioning step computed on the node, per process name (torch's libraries)."""
+    plan = _launch_plan(spec, ports, runtime)
+    extra = provisioned or {}
+    plan.servers = [replace(p, env={**p.env, **extra[p.name]}) if p.name in extra else p for p in plan.servers]
+    return plan
+
+
+def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> LaunchPlan:
     backend = backends.get(spec.backend.name)
     engine = engines.get(spec.engine)
     plan = LaunchPlan(engine_url=loopback(ports.engine))

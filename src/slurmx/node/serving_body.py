@@ -18,7 +18,7 @@ from typing import Any
 
 from slurmx import backends, engines
 from slurmx.node import lock as run_lock
-from slurmx.node import loopback, numa, telemetry
+from slurmx.node import loopback, numa, provision, telemetry
 from slurmx.node.launch import (
     ENGINE,
     ROUTER,
@@ -38,7 +38,7 @@ from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
 from slurmx.results import gate
 from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunMeta, build_result, write_result
-from slurmx.results.evidence import ArmInputs
+from slurmx.results.evidence import ArmInputs, log_failures
 from slurmx.results.schema import Result
 from slurmx.runtimes import Runtime, runtime_for
 from slurmx.store.ledger import PointRecord
@@ -83,8 +83,9 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
     problems = preflight(spec, runtime, dict(os.environ), remove_shm=bool(node_profile and node_profile.clean_shm))
     if problems:
         raise PointFailed("preflight: " + "; ".join(problems))
+    provisioned = provision.run(spec, runtime, supervisor)
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
-    plan = launch_plan(spec, ports, runtime)
+    plan = launch_plan(spec, ports, runtime, provisioned.env)
     base_env = dict(os.environ)
     telemetry_dir = first.point.path / "telemetry"  # sampled for the whole group; torn down with the rest
     supervisor.start("telemetry", telemetry.telemetry_argv(sys.executable, telemetry_dir), {}, base_env=base_env)
@@ -110,7 +111,9 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
                 )
             except SupervisorError as exc:
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
-    lock = {**what_ran(first, runtime, supervisor), "numa": numa_record}
+        if fatal := log_failures(spec.backend.name, {process.name: managed.log_path}, fatal_only=True):
+            raise PointFailed(fatal[0])
+    lock = {**what_ran(first, runtime, supervisor), "numa": numa_record, "provision": provisioned.record}
     return Servers(plan, ports, started, spec, lock, telemetry_dir)
 
 

@@ -44,10 +44,13 @@ def engine_connector(argv: list[str]) -> str | None:
     return None
 
 
-def log_failures(arm: str, logs: Mapping[str, Path]) -> list[str]:
-    """One entry per known failure line of the arm's backend found in its logs: "reason (file:line)"."""
+def log_failures(arm: str, logs: Mapping[str, Path], fatal_only: bool = False) -> list[str]:
+    """One entry per known failure line of the arm's backend found in its logs: "reason (file:line)"
+    (`fatal_only`: only the lines that fail a point as soon as its server is ready)."""
     found = []
     for pattern in backends.get(arm).log_patterns:
+        if fatal_only and not pattern.fatal:
+            continue
         path = logs.get(pattern.log)
         if path is None or not path.is_file():
             continue

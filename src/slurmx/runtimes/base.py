@@ -48,6 +48,8 @@ class Runtime:
     template: ClassVar[str | None] = None  # sbatch preamble under templates/, None for none
     serves: ClassVar[bool] = True  # False: the point's work is the profile's command, not a server stack
     tools_on_host: ClassVar[bool] = False  # True: preflight can check the tools from the job's own host
+    installs: ClassVar[bool] = False  # True: provisioning installs pinned versions (a disposable container)
+    downloads: ClassVar[bool] = False  # True: provisioning may download models and datasets
 
     engine_python: str = "python3"
     lmcache_bin: str = "lmcache"

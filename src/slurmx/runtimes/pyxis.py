@@ -20,6 +20,8 @@ def squash_name(image: str) -> str:
 class PyxisRuntime(Runtime):
     kind: ClassVar[str] = "pyxis"
     template: ClassVar[str | None] = "pyxis.sh"
+    installs: ClassVar[bool] = True  # the job's own container: pip changes die with it
+    downloads: ClassVar[bool] = True
 
     squash_dir: str | None = None
     container_mounts: tuple[str, ...] = ()

@@ -1,0 +1,203 @@
+"""Provisioning: the job body's one step between preflight and the first server, on every runtime.
+
+It makes the point's environment hold what the arm needs and records what really landed:
+install the pinned backend (runtimes whose environment is disposable, the container; the venv
+runtime only verifies), read back the installed version, import-check what the arm's engine and
+server import, find torch's libraries for LMCache's compiled extension, make sure aiperf runs, and
+fetch (or, where the runtime may not download, find) the model, the draft model and the dataset.
+Each action is a supervised process started through the runtime, so the pyxis runtime runs them
+in the job's container and the venv runtime in the engine's environment, for real, on the local
+stack. `plan` is pure (render and the upstream-parity test read it); `run` executes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmx import backends
+from slurmx.node.recorder import PointFailed
+from slurmx.node.supervisor import Supervisor
+from slurmx.process import COMMON_ENV, Process
+from slurmx.recipes.spec import ServingSpec
+from slurmx.runtimes import Runtime
+
+# A fresh wheel of the pinned version even when the image holds one (an already-satisfied pin installs
+# nothing, PR #2597's two no-op sweeps), without touching the image's torch/vLLM, logged (not --quiet).
+PIP_FLAGS = ("--force-reinstall", "--no-cache-dir", "--no-deps")
+ROUTER_PIP_FLAGS = ("--quiet",)  # as 01e9e73a2 installs vllm-router
+TORCH_LIBS = ("libc10.so", "libtorch_cpu.so", "libtorch.so")  # PR #2597's LD_PRELOAD, in its order
+TORCH_CUDA_LIBS = ("libc10_cuda.so", "libtorch_cuda.so")  # added where the build has them
+REVIEW_TORCH_LIB = "$TORCH_LIB_DIR"  # what render shows for the directory found on the node
+# benchmark_lib.sh's resolve_trace_source: aiperf loader name -> the HF dataset it reads
+DATASETS = {
+    "semianalysis_cc_traces_weka_062126": "semianalysisai/cc-traces-weka-062126",
+    "semianalysis_cc_traces_weka_062126_256k": "semianalysisai/cc-traces-weka-062126-256k",
+    "semianalysis_cc_traces_weka_with_subagents": "semianalysisai/cc-traces-weka-061526",
+    "semianalysis_cc_traces_weka_with_subagents_256k": "semianalysisai/cc-traces-weka-061526-256k",
+}
+INSTALL_TIMEOUT_S = 1800.0
+CHECK_TIMEOUT_S = 300.0
+DOWNLOAD_TIMEOUT_S = 6 * 3600.0
+
+_VERSION = (
+    "import sys, json, importlib.metadata as m\n"
+    "name, pinned = sys.argv[1:3]\n"
+    "try:\n"
+    "    found = m.version(name)\n"
+    "except m.PackageNotFoundError:\n"
+    "    sys.exit(f'{name} is not installed in the engine environment (the config pins {pinned})')\n"
+    "print(json.dumps({name: found}))\n"
+    "if found != pinned:\n"
+    "    sys.exit(f'{name} {found} is installed in the engine environment, the config pins {pinned}')\n"
+)
+_TORCH_LIBS = (
+    "import json, os, sys, torch\n"
+    "lib = os.path.join(os.path.dirname(torch.__file__), 'lib')\n"
+    "base, cuda = sys.argv[1].split(','), sys.argv[2].split(',')\n"
+    "pre = [os.path.join(lib, n) for n in base]\n"
+    "if os.path.isfile(os.path.join(lib, cuda[0])):\n"
+    "    pre += [os.path.join(lib, n) for n in cuda]\n"
+    "old = os.environ.get('LD_LIBRARY_PATH', '')\n"
+    "print(json.dumps({'torch_lib': lib, 'ld_preload': ':'.join(pre), 'ld_library_path': lib + (':' + old if old else '')}))\n"
+)
+_FETCH = (
+    "import os, sys\n"
+    "kind, repo, where, may_download = sys.argv[1:5]\n"
+    "if kind == 'model' and os.path.isdir(where) and os.listdir(where):\n"
+    "    print(f'{repo}: present at {where}'); sys.exit(0)\n"
+    "if may_download != '1' and kind == 'model':\n"
+    "    sys.exit(f'model {repo} is not at {where} (this runtime does not download)')\n"
+    "from huggingface_hub import snapshot_download\n"
+    "local = None if where == '-' else where\n"
+    "path = snapshot_download(repo, repo_type=kind, local_dir=local, local_files_only=may_download != '1')\n"
+    "print(f'{repo}: {path}')\n"
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One provisioning action. `item`/`value` name it as docs/upstream-differences.yaml does."""
+
+    item: str
+    value: str
+    process: Process
+    timeout_s: float = CHECK_TIMEOUT_S
+
+
+@dataclass
+class Provisioned:
+    """What provisioning found: the versions installed, the env it computed per process, its record."""
+
+    versions: dict[str, str] = field(default_factory=dict)
+    env: dict[str, dict[str, str]] = field(default_factory=dict)
+    record: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _step(runtime: Runtime, item: str, value: str, argv: list[str], timeout_s: float = CHECK_TIMEOUT_S) -> Step:
+    name = "provision-" + "".join(c if c.isalnum() else "-" for c in item).strip("-")
+    env = dict(COMMON_ENV)
+    if runtime.hf_home:
+        env["HF_HOME"] = runtime.hf_home
+    return Step(item, value, Process(name, runtime.wrap(argv, name), env), timeout_s)
+
+
+def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
+    """Every provisioning action of a point, in order (pure: render and the parity test read it)."""
+    backend = backends.get(spec.backend.name)
+    py = runtime.engine_python
+    steps: list[Step] = []
+    pins: list[tuple[str, str, tuple[str, ...]]] = []
+    if backend.distribution and spec.backend.version:
+        pins.append((backend.distribution, spec.backend.version, PIP_FLAGS))
+    if spec.router is not None and spec.router.version:
+        pins.append((spec.router.name, spec.router.version, ROUTER_PIP_FLAGS))
+    for dist, version, flags in pins:
+        pin = f"{dist}=={version}"
+        if runtime.installs:
+            value = " ".join([pin, *sorted(flags)])
+            steps.append(_step(runtime, f"pip install {dist}", value, [py, "-m", "pip", "install", *flags, pin],
+                               INSTALL_TIMEOUT_S))  # fmt: skip
+        steps.append(_step(runtime, f"version {dist}", version, [py, "-c", _VERSION, dist, version]))
+    modules = backend.import_checks(spec.backend)
+    if modules:
+        code = "; ".join(f"import {m}" for m in modules)
+        steps += [_step(runtime, f"import-check {m}", "ok", [py, "-c", code]) for m in modules[:1]]
+        steps += [Step(f"import-check {m}", "ok", steps[-1].process) for m in modules[1:]]  # one process checks all
+    if backend.preloads_torch:
+        argv = [py, "-c", _TORCH_LIBS, ",".join(TORCH_LIBS), ",".join(TORCH_CUDA_LIBS)]
+        steps.append(_step(runtime, "torch libraries", REVIEW_TORCH_LIB, argv))
+    steps.append(_step(runtime, "aiperf", f"{runtime.aiperf_bin} runs", [runtime.aiperf_bin, "--version"]))
+    may = "1" if runtime.downloads else "0"
+    fetch_timeout = DOWNLOAD_TIMEOUT_S if runtime.downloads else CHECK_TIMEOUT_S
+    models = [spec.model, *([spec.draft_model] if spec.draft_model else [])]
+    for model in models:
+        if runtime.model_root is None:
+            continue  # the engine loads a hub id itself
+        where = runtime.model_path(model)
+        steps.append(_step(runtime, f"download model {model}", where, [py, "-c", _FETCH, "model", model, where, may],
+                           fetch_timeout))  # fmt: skip
+    if spec.replay.kind == "production":
+        dataset = DATASETS.get(spec.replay.public_dataset)
+        if dataset:
+            steps.append(_step(runtime, f"download dataset {dataset}", "hf cache",
+                               [py, "-c", _FETCH, "dataset", dataset, "-", may], fetch_timeout))  # fmt: skip
+    return steps
+
+
+def review_env(spec: ServingSpec) -> dict[str, dict[str, str]]:
+    """The env provisioning gives each process, as render shows it (the directory found on the node named)."""
+    return _torch_env(spec, {
+        "ld_preload": ":".join(f"{REVIEW_TORCH_LIB}/{name}" for name in TORCH_LIBS),
+        "ld_library_path": REVIEW_TORCH_LIB,
+    })  # fmt: skip
+
+
+def _torch_env(spec: ServingSpec, found: dict[str, str]) -> dict[str, dict[str, str]]:
+    """LMCache's compiled extension links torch's libraries, which are not on the loader's path: the server
+    preloads them (its forked workers import lmcache afresh) and both it and the engine's connector find
+    them on LD_LIBRARY_PATH (PR #2597)."""
+    if not backends.get(spec.backend.name).preloads_torch:
+        return {}
+    path = {"LD_LIBRARY_PATH": found["ld_library_path"]}
+    return {spec.backend.name: {"LD_PRELOAD": found["ld_preload"], **path}, "engine": dict(path)}
+
+
+def run(spec: ServingSpec, runtime: Runtime, supervisor: Supervisor) -> Provisioned:
+    """Run every step, supervised; the first that fails fails the point with its last line."""
+    out = Provisioned()
+    done: set[str] = set()
+    for step in plan(spec, runtime):
+        if step.process.name in done:  # one import check covers several modules
+            continue
+        done.add(step.process.name)
+        managed = supervisor.start(step.process.name, step.process.argv, step.process.env, base_env=dict(os.environ))
+        try:
+            code = supervisor.wait(managed, timeout_s=step.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise PointFailed(f"provision: {step.item} took over {step.timeout_s:.0f} s") from None
+        lines = managed.log_tail(20).strip().splitlines()
+        if code != 0:
+            raise PointFailed(f"provision: {step.item} failed: {(lines or [f'exit {code}'])[-1]}")
+        last = lines[-1] if lines else ""
+        if step.item.startswith("version "):
+            out.versions.update(_json_line(lines))
+        elif step.item == "torch libraries":
+            found = _json_line(lines)
+            out.env = _torch_env(spec, {k: str(v) for k, v in found.items()})
+        out.record.append({"step": step.item, "argv": step.process.argv, "result": last})
+    return out
+
+
+def _json_line(lines: list[str]) -> dict[str, Any]:
+    for line in reversed(lines):
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}

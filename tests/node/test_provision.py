@@ -1,0 +1,114 @@
+"""The provisioning step (slurmx.node.provision): what it plans per runtime, that it runs for real and fails
+the point with a one-line reason, and LMCache's fallback guard once its server is ready."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmx.backends.lmcache import CONNECTOR_MODULE, LMCacheSpec
+from slurmx.inputs import load_inputs
+from slurmx.node import provision, serving_body
+from slurmx.node.recorder import PointFailed, StageRecorder
+from slurmx.node.serving_body import Member, start_servers
+from slurmx.node.supervisor import Supervisor
+from slurmx.recipes.model import Replay
+from slurmx.recipes.spec import ServingSpec
+from slurmx.runtimes.pyxis import PyxisRuntime
+from slurmx.runtimes.venv import VenvRuntime
+from slurmx.store.ledger import queue_point
+from slurmx.store.tree import ResultsTree
+from slurmx.submit.resolved import resolve_points
+
+ENGINE_PYTHON = Path(os.environ.get("SLURMX_STACK", "/opt/slurmx-stack")) / "venvs" / "engine" / "bin" / "python"
+
+
+def _spec(version: str = "0.5.6", replay: str = "synthetic") -> ServingSpec:
+    backend = LMCacheSpec(name="lmcache", version=version, l1_size_gb=1, l1_fraction=1.0, chunk_size=256,
+                          transfer_mode="lmcache_driven", import_check=["json"])  # fmt: skip
+    return ServingSpec(
+        recipe="r", recipe_file="r.yaml", recipe_sha256="0", launcher=["x"], model_flag=None, model="tiny",
+        served_model_name="m", engine_flags=[], env={"PYTHONHASHSEED": "0"}, block_size=128, health_path="/health",
+        startup_timeout_s=10, gpus=1, backend=backend, replay=Replay(kind=replay), conc=2, duration_s=60,
+    )  # fmt: skip
+
+
+def _venv(tmp_path: Path, python: str = sys.executable) -> VenvRuntime:
+    return VenvRuntime(engine_python=python, aiperf_bin=sys.executable, model_root=str(tmp_path))
+
+
+def test_the_venv_runtime_verifies_and_the_container_installs(tmp_path: Path) -> None:
+    venv = {s.item: s for s in provision.plan(_spec(), _venv(tmp_path))}
+    assert "pip install lmcache" not in venv  # the engine venv is shared: verify only
+    assert venv["version lmcache"].process.argv[-2:] == ["lmcache", "0.5.6"]
+    assert {f"import-check {CONNECTOR_MODULE}", "import-check json", "torch libraries", "aiperf"} <= set(venv)
+    assert venv["download model tiny"].process.argv[-1] == "0"  # find it, never download
+
+    pyxis = provision.plan(_spec(replay="production"), PyxisRuntime(model_root="/models", squash_dir="/sq", image="i"))
+    first = pyxis[0]
+    assert first.item == "pip install lmcache" and first.process.argv[0] == "srun"  # in the job's container
+    assert first.process.argv[-6:] == ["-m", "pip", "install", *provision.PIP_FLAGS, "lmcache==0.5.6"][-6:]
+    assert [s.item for s in pyxis].index("version lmcache") == 1  # read back right after the install
+    assert pyxis[-1].item == "download dataset semianalysisai/cc-traces-weka-062126"
+
+
+def test_a_version_other_than_the_pin_fails_the_point_in_one_line(tmp_path: Path) -> None:
+    # this interpreter's environment has no lmcache at all: provisioning says so before any server starts
+    with Supervisor(tmp_path, "prov-1") as sup, pytest.raises(PointFailed) as caught:
+        provision.run(_spec(), _venv(tmp_path), sup)
+    assert str(caught.value) == (
+        "provision: version lmcache failed: lmcache is not installed in the engine environment (the config pins 0.5.6)"
+    )
+
+
+@pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="the local stack's engine venv is not installed")
+def test_the_engine_venv_is_provisioned_for_real(tmp_path: Path) -> None:
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text("{}")
+    runtime = _venv(tmp_path, str(ENGINE_PYTHON))
+    with Supervisor(tmp_path, "prov-2") as sup, pytest.raises(PointFailed) as caught:
+        provision.run(_spec("0.0.1"), runtime, sup)
+    assert str(caught.value) == (
+        "provision: version lmcache failed: lmcache 0.5.6 is installed in the engine environment, the config pins 0.0.1"
+    )
+    with Supervisor(tmp_path / "ok", "prov-3") as sup:
+        done = provision.run(_spec(), runtime, sup)
+    assert done.versions == {"lmcache": "0.5.6"}
+    preload = done.env["lmcache"]["LD_PRELOAD"].split(":")
+    assert [Path(p).name for p in preload][:3] == list(provision.TORCH_LIBS) and all(Path(p).is_file() for p in preload)
+    assert done.env["engine"]["LD_LIBRARY_PATH"].split(":")[0] == str(Path(preload[0]).parent)
+    assert [r["step"] for r in done.record][-1] == "download model tiny"
+
+
+FAKE_LMCACHE = """#!{python}
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--http-port") + 1])
+print("[LMCache WARNING] cuda_ops compiled extension not found; CudaDeviceOps stays on the torch baseline", flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_lmcache_falling_back_to_torch_ops_fails_the_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = "tiny-fp32-local-vllm-agentic-lmcache"
+    inputs = load_inputs(None, None, [key])
+    item = next(r for r in resolve_points(inputs.points, inputs) if r.point.backend_name == "lmcache")
+    point = ResultsTree(tmp_path / "results").sweep(key, "s1").point(item.point.point_id)
+    record = item.record("s1")
+    queue_point(point, record)
+    fake = tmp_path / "lmcache"
+    fake.write_text(FAKE_LMCACHE.format(python=sys.executable))
+    fake.chmod(0o755)
+    runtime = VenvRuntime(engine_python=sys.executable, lmcache_bin=str(fake), aiperf_bin=sys.executable)
+    monkeypatch.setattr(serving_body, "preflight", lambda *a, **k: [])  # no GPUs or model here
+    monkeypatch.setattr(provision, "run", lambda *a: provision.Provisioned())  # tested above, for real
+    with Supervisor(point.path, "guard-1") as sup, pytest.raises(PointFailed) as caught:
+        start_servers(Member(point, record, StageRecorder(point)), runtime, sup)
+    assert str(caught.value) == "LMCache fell back to torch ops (no compiled extension) (lmcache.log:1)"
