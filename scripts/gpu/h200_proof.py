@@ -20,8 +20,11 @@ from slurmx.node.supervisor import Supervisor
 from slurmx.results import energy
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "data" / "inferencex"))
-import aggregate_power as ix  # noqa: E402  # InferenceX's own code, verbatim
+# InferenceX's aggregate_power.py as the oracle: the shared fixtures' copy, or a folder carried to the device
+sys.path.insert(
+    0, os.environ.get("IX_UPSTREAM", str(REPO.parent / "shared" / "fixtures" / "inferencex" / "upstream-code"))
+)
+import aggregate_power as ix  # noqa: E402  # InferenceX's own code, run as an oracle
 
 LOAD = """
 import sys, time, torch

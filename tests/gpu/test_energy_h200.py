@@ -1,12 +1,10 @@
 """Energy over a window, on samples captured on a real H200 (scripts/gpu/h200_proof.py): slurmx's
-integral against NVML's own energy counter, and against InferenceX's aggregate_power.py verbatim."""
+integral against NVML's own energy counter, and against InferenceX's aggregate_power.py (the shared fixtures' copy, run as an oracle)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,6 +12,7 @@ from typing import Any
 import pytest
 
 from slurmx.results import energy
+from tests.helpers.inferencex_power import aggregate_power
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 H200 = DATA / "gpu" / "h200"
@@ -22,12 +21,7 @@ RERUN = DATA / "gpu" / "h200-rerun"  # another H200 machine, the branch's final 
 
 
 def inferencex() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ix_aggregate_power", DATA / "inferencex" / "aggregate_power.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return aggregate_power()
 
 
 def window_of(row: dict[str, Any]) -> energy.Window:

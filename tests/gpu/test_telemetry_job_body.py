@@ -4,7 +4,6 @@ result.json, on the real H200 captures (no GPU in CI: nvidia-smi is the recorded
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from slurmx.results.aggregate import RunMeta, build_result, load_records
 from slurmx.results.collect import flatten
 from slurmx.results.schema import POWER_FIELDS, Result
 from slurmx.store.tree import SweepDir
+from tests.helpers.inferencex_power import aggregate_power
 from tests.helpers.points import point_from_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,11 +69,7 @@ def h200_telemetry_over(window: energy.Window, target: Path) -> Path:
 
 
 def inferencex_fields(csv_path: Path, window: energy.Window, tmp: Path) -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location("ix_aggregate_power", DATA / "inferencex" / "aggregate_power.py")
-    assert spec and spec.loader
-    ix = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = ix
-    spec.loader.exec_module(ix)
+    ix = aggregate_power()
     bench, agg = tmp / "bench.json", tmp / "agg.json"
     bench.write_text(
         json.dumps(

@@ -17,7 +17,9 @@ energy counter over the same window, interpolated at both ends, as an independen
 from __future__ import annotations
 
 import bisect
+import contextlib
 import csv
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -33,12 +35,27 @@ INFO_JSON = "telemetry.json"
 INTEGRATION_METHOD = "per_device_trapezoidal_with_linear_boundary_interpolation"
 MAX_SAMPLE_GAP_S = 3.0
 
-_POWER_COL_RE = re.compile(r"power", re.IGNORECASE)
-_POWER_EXCLUDE_RE = re.compile(r"limit|cap|max|min", re.IGNORECASE)
-_TIMESTAMP_COL_RE = re.compile(r"time", re.IGNORECASE)
-_GPU_INDEX_COL_RE = re.compile(r"^(index|gpu|gpu_id|gpu_index|card|device)$", re.IGNORECASE)
-_ENERGY_COL_RE = re.compile(r"^energy\.total", re.IGNORECASE)
-_NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
+# Which CSV column holds what, by its header (our sampler's, or an nvidia-smi query's with units).
+_GPU_ID_NAMES = frozenset({"index", "gpu", "gpu_id", "gpu_index", "card", "device"})
+_NOT_A_READING = ("limit", "cap", "max", "min")  # power.limit, enforced.power.max, ... are not samples
+_DECIMAL = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_MISSING = frozenset({"", "n/a", "[n/a]", "na"})
+# nvidia-smi's timestamp column, in the node's local time
+_SMI_LAYOUTS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
+
+
+def _columns(header: list[str]) -> dict[str, str | None]:
+    """The time, power, GPU id and energy-counter columns of a telemetry CSV (None where absent)."""
+    lower = {name: name.lower() for name in header}
+    return {
+        "time": next((n for n, low in lower.items() if "time" in low), None),
+        "power": next(
+            (n for n, low in lower.items() if "power" in low and not any(w in low for w in _NOT_A_READING)), None
+        ),
+        "gpu": next((n for n, low in lower.items() if low in _GPU_ID_NAMES), None),
+        "energy": next((n for n, low in lower.items() if low.startswith("energy.total")), None),
+    }
+
 
 Series = list[tuple[float, float]]
 
@@ -113,82 +130,83 @@ def _append(reasons: list[str], reason: str) -> None:
         reasons.append(reason)
 
 
-def parse_timestamp(value: str) -> float | None:
-    """Epoch seconds (or ms), nvidia-smi's `YYYY/MM/DD HH:MM:SS.fff` (local) or ISO 8601."""
-    value = value.strip()
-    if not value:
+def parse_timestamp(text: str) -> float | None:
+    """Epoch seconds from a sampler's timestamp: a number (milliseconds when past 1e12), nvidia-smi's
+    local `YYYY/MM/DD HH:MM:SS[.f]`, or ISO 8601 (naive means local time)."""
+    text = text.strip()
+    if not text:
         return None
-    if _NUMBER_RE.fullmatch(value):
-        n = float(value)
-        return n / 1000.0 if n > 1e12 else n
-    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
-        try:
-            return datetime.strptime(value, fmt).timestamp()
-        except ValueError:
-            pass
+    if _DECIMAL.fullmatch(text):
+        seconds = float(text)
+        return seconds / 1000.0 if seconds > 1e12 else seconds
+    for layout in _SMI_LAYOUTS:
+        with contextlib.suppress(ValueError):
+            return datetime.strptime(text, layout).timestamp()
     try:
-        parsed = datetime.fromisoformat(value)
+        moment = datetime.fromisoformat(text)
     except ValueError:
         return None
-    return parsed.timestamp() if parsed.tzinfo is None else parsed.astimezone(UTC).timestamp()
+    return moment.astimezone(UTC).timestamp() if moment.tzinfo else moment.timestamp()
 
 
-def parse_number(value: str) -> float | None:
-    value = value.strip()
-    if not value or value.lower() in {"[n/a]", "n/a", "na"}:
+def parse_number(text: str) -> float | None:
+    """The first number in a cell ("412.31 W" -> 412.31); None for an empty or N/A cell."""
+    if text.strip().lower() in _MISSING:
         return None
-    match = _NUMBER_RE.search(value)
-    return float(match.group(0)) if match else None
+    found = _DECIMAL.search(text)
+    return float(found.group()) if found else None
+
+
+def _cell(cells: list[str], where: dict[str, int | None], role: str) -> str:
+    index = where[role]
+    return cells[index] if index is not None and index < len(cells) else ""
 
 
 def read_telemetry(csv_path: Path, window: Window | None = None, max_gap_s: float = MAX_SAMPLE_GAP_S) -> Telemetry:
-    """The sampler's CSV (or InferenceX's nvidia-smi CSV); rows far outside the window are skipped."""
+    """The sampler's CSV (or an nvidia-smi query's); rows far outside the window are not kept."""
     out = Telemetry()
-    if not csv_path.is_file():
-        _append(out.reasons, "telemetry_file_missing")
+    try:
+        lines = csv_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return Telemetry(reasons=["telemetry_file_missing"])
+    rows = list(csv.reader(lines))
+    if not rows:
+        return Telemetry(reasons=["telemetry_file_empty"])
+    header = [name.strip() for name in rows[0]]
+    where = {role: header.index(name) if name is not None else None for role, name in _columns(header).items()}
+    missing = [
+        ("time", "timestamp_column_missing"),
+        ("power", "power_column_missing"),
+        ("gpu", "gpu_identity_column_missing"),
+    ]
+    out.reasons = [reason for role, reason in missing if where[role] is None]
+    if out.reasons:
         return out
-    if csv_path.stat().st_size == 0:
-        _append(out.reasons, "telemetry_file_empty")
-        return out
-    raw: dict[str, dict[float, list[float]]] = {}
+    keep_from, keep_to = (
+        (-math.inf, math.inf) if window is None else (window.start_unix - max_gap_s, window.end_unix + max_gap_s)
+    )
+    powers: dict[str, dict[float, list[float]]] = {}
     counters: dict[str, dict[float, float]] = {}
-    with csv_path.open(newline="", encoding="utf-8", errors="replace") as f:
-        reader = csv.DictReader(f, skipinitialspace=True)
-        header = [c.strip() for c in (reader.fieldnames or [])]
-        reader.fieldnames = header
-        time_col = next((c for c in header if _TIMESTAMP_COL_RE.search(c)), None)
-        power_col = next((c for c in header if _POWER_COL_RE.search(c) and not _POWER_EXCLUDE_RE.search(c)), None)
-        gpu_col = next((c for c in header if _GPU_INDEX_COL_RE.match(c)), None)
-        energy_col = next((c for c in header if _ENERGY_COL_RE.match(c)), None)
-        for col, reason in ((time_col, "timestamp_column_missing"), (power_col, "power_column_missing")):
-            if col is None:
-                _append(out.reasons, reason)
-        if gpu_col is None:
-            _append(out.reasons, "gpu_identity_column_missing")
-        if time_col is None or power_col is None or gpu_col is None:
-            return out
-        for row in reader:
-            timestamp = parse_timestamp(row.get(time_col) or "")
-            if timestamp is None or not math.isfinite(timestamp):
-                _append(out.reasons, "invalid_timestamp")
-                continue
-            if window is not None and (
-                timestamp < window.start_unix - max_gap_s or timestamp > window.end_unix + max_gap_s
-            ):
-                continue
-            power = parse_number(row.get(power_col) or "")
-            gpu_id = (row.get(gpu_col) or "").strip()
-            if power is None or not math.isfinite(power) or power < 0:
-                _append(out.reasons, "invalid_power_sample")
-                continue
-            if not gpu_id:
-                _append(out.reasons, "gpu_identity_missing")
-                continue
-            raw.setdefault(gpu_id, {}).setdefault(timestamp, []).append(power)
-            energy = parse_number(row.get(energy_col) or "") if energy_col else None
-            if energy is not None:
-                counters.setdefault(gpu_id, {})[timestamp] = energy
-    out.power = {gpu: sorted((t, mean(v)) for t, v in by_time.items()) for gpu, by_time in raw.items()}
+    for row in rows[1:]:
+        cells = [text.strip() for text in row]
+        cell = functools.partial(_cell, cells, where)
+        at = parse_timestamp(cell("time"))
+        if at is None or not math.isfinite(at):
+            _append(out.reasons, "invalid_timestamp")
+            continue
+        if not keep_from <= at <= keep_to:
+            continue
+        watts, gpu = parse_number(cell("power")), cell("gpu")
+        if watts is None or not math.isfinite(watts) or watts < 0:
+            _append(out.reasons, "invalid_power_sample")
+        elif not gpu:
+            _append(out.reasons, "gpu_identity_missing")
+        else:
+            powers.setdefault(gpu, {}).setdefault(at, []).append(watts)  # equal timestamps are averaged below
+            joules = parse_number(cell("energy")) if where["energy"] is not None else None
+            if joules is not None:
+                counters.setdefault(gpu, {})[at] = joules
+    out.power = {gpu: sorted((at, mean(ws)) for at, ws in by_time.items()) for gpu, by_time in powers.items()}
     out.energy_counter = {gpu: sorted(by_time.items()) for gpu, by_time in counters.items()}
     return out
 
