@@ -5,9 +5,11 @@ matplotlib is optional (extra `plots`); `available()` says whether it can be imp
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from slurmx.results.collect import Row, arm_order
 from slurmx.store import atomic
@@ -17,6 +19,7 @@ TTFT_PNG = "ttft_p90_vs_conc.png"
 ENERGY_PNG = "energy_vs_interactivity.png"  # only where points have power telemetry
 _MARKERS = "osD^vP*X"
 _DIGEST = ".inputs.sha256"
+T = TypeVar("T")
 
 
 def available() -> bool:
@@ -49,6 +52,35 @@ def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
         return False
 
 
+def _save(path: Path, fig: Any) -> None:
+    fig.savefig(path)
+
+
+def drawn(
+    draw: Callable[[Any, Any], None],
+    data: Any,
+    title: str,
+    legend_title: str,
+    size: tuple[float, float],
+    dpi: int,
+    save: Callable[[Any], T],
+) -> T:
+    """One figure in the house style (title, grid, legend): `draw` fills the axes, `save` keeps the figure
+    (a file, PNG bytes); the figure is closed either way."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size, dpi=dpi)
+    try:
+        draw(ax, data)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="best", title=legend_title, title_fontsize=8)
+        fig.tight_layout()
+        return save(fig)
+    finally:
+        plt.close(fig)
+
+
 def write_sweep_plots(rows: list[Row], out_dir: Path, title: str, inputs: list[Path] | None = None) -> list[Path]:
     """Both plots of one sweep into out_dir; [] when no row has the numbers to plot.
 
@@ -56,42 +88,23 @@ def write_sweep_plots(rows: list[Row], out_dir: Path, title: str, inputs: list[P
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
     series = _series(rows)
     if not series:
         return []
-    written = []
-    for name, draw in ((PARETO_PNG, _pareto), (TTFT_PNG, _ttft)):
-        fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
-        try:
-            draw(ax, series)
-            ax.set_title(title, fontsize=10)
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8, loc="best", title="arm · parallelism", title_fontsize=8)
-            fig.tight_layout()
-            path = out_dir / name
-            tmp = out_dir / f".{name}.tmp.png"
-            fig.savefig(tmp)
-            tmp.replace(path)
-            written.append(path)
-        finally:
-            plt.close(fig)
+    drawings: list[tuple[str, Callable[[Any, dict[str, list[dict[str, Any]]]], None]]] = [
+        (PARETO_PNG, _pareto),
+        (TTFT_PNG, _ttft),
+    ]
     if any(v.get("j_per_out_tok") is not None for values in series.values() for v in values):
-        fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
-        try:
-            _energy(ax, series)
-            ax.set_title(title, fontsize=10)
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8, loc="best", title="arm · parallelism", title_fontsize=8)
-            fig.tight_layout()
-            tmp = out_dir / f".{ENERGY_PNG}.tmp.png"
-            fig.savefig(tmp)
-            tmp.replace(out_dir / ENERGY_PNG)
-            written.append(out_dir / ENERGY_PNG)
-        finally:
-            plt.close(fig)
+        drawings.append((ENERGY_PNG, _energy))
+    written = []
+    for name, draw in drawings:
+        tmp = out_dir / f".{name}.tmp.png"
+        drawn(draw, series, title, "arm · parallelism", (8, 5.5), 120, functools.partial(_save, tmp))
+        tmp.replace(out_dir / name)  # a reader sees the old plot or the new one
+        written.append(out_dir / name)
     if inputs is not None:
         atomic.write_text(out_dir / _DIGEST, inputs_digest(inputs) + "\n")
     return written

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmx import __version__
+from slurmx.results import plots
 from slurmx.results.collect import SweepResults, arm_order
 from slurmx.results.compare import Comparison, describe
 from slurmx.results.repeats import METRIC, METRICS, PointAggregate
@@ -112,24 +113,13 @@ def plot_images(aggs: list[PointAggregate], title: str) -> list[tuple[str, str]]
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     series = _series(aggs)
     images = []
     for caption, draw in (
         ("Throughput per GPU against interactivity (means, 95% intervals as error bars)", _pareto),
         ("TTFT p90 against concurrency per arm (means, 95% intervals as error bars)", _ttft),
     ):
-        fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
-        try:
-            draw(ax, series)
-            ax.set_title(title, fontsize=10)
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8, loc="best", title="arm", title_fontsize=8)
-            fig.tight_layout()
-            images.append((caption, _png(fig)))
-        finally:
-            plt.close(fig)
+        images.append((caption, plots.drawn(draw, series, title, "arm", (8, 5), 100, _png)))
     return images
 
 
