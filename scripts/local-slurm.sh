@@ -9,11 +9,15 @@
 # Daemons (in start order): munged -> mariadbd (127.0.0.1) -> slurmdbd -> slurmctld -> one slurmd per node.
 # Fake GPU nodes node01..nodeNN (NODES, default 2), each Gres=gpu:b300:8 backed by stand-in device
 # files (char 1,3 like /dev/null), Feature=b300,numa, in one partition `local` of cluster `slurmx`.
+# Each node advertises a two-socket NUMA layout as B300 nodes have: Sockets=2, half the CPUs per
+# socket, GPUs 0-3 affine to socket 0's cores and GPUs 4-7 to socket 1's (gres.conf Cores=), so
+# `--gres-flags=enforce-binding` and `--sockets-per-node` are scheduled as on the real nodes.
+# (Slurm core ids are the node's abstract ones: nothing is pinned, TaskPlugin is task/none.)
 # Config goes to /etc/slurm/ so client commands need no SLURM_CONF. All state lives in STATE_DIR.
 #
 # Environment (all optional):
 #   NODES                   number of fake GPU nodes (default 2, at most 99)
-#   SLURMX_NODE_CPUS        CPUs each node claims (default 8; the host's real count is ignored)
+#   SLURMX_NODE_CPUS        CPUs each node claims (default 8, even: two sockets; the host's real count is ignored)
 #   SLURMX_NODE_MEM_MB      RealMemory each node claims (default 16000)
 #   SLURMX_LOCAL_STATE      state directory (default /var/lib/slurmx-local)
 #   SLURMX_DB_PORT          MariaDB TCP port on 127.0.0.1 (default 13306, away from a system MariaDB)
@@ -25,6 +29,7 @@ readonly PARTITION=local
 readonly ACCOUNT=slurmx
 readonly GPU_TYPE=b300
 readonly GPUS_PER_NODE=8
+readonly SOCKETS=2                 # NUMA layout each fake node advertises; GPUs split evenly across them
 readonly FEATURES=b300,numa
 readonly CONF_DIR=/etc/slurm
 readonly CTLD_PORT=6817
@@ -273,17 +278,20 @@ MessageTimeout=10
 EOF
   for node in $(node_names); do
     i=$((i + 1))
-    echo "NodeName=$node NodeAddr=127.0.0.1 NodeHostname=$host Port=$((SLURMD_PORT_BASE + i)) CPUs=$NODE_CPUS Sockets=1 CoresPerSocket=$NODE_CPUS ThreadsPerCore=1 RealMemory=$NODE_MEM_MB Gres=gpu:$GPU_TYPE:$GPUS_PER_NODE Feature=$FEATURES State=UNKNOWN"
+    echo "NodeName=$node NodeAddr=127.0.0.1 NodeHostname=$host Port=$((SLURMD_PORT_BASE + i)) CPUs=$NODE_CPUS Sockets=$SOCKETS CoresPerSocket=$((NODE_CPUS / SOCKETS)) ThreadsPerCore=1 RealMemory=$NODE_MEM_MB Gres=gpu:$GPU_TYPE:$GPUS_PER_NODE Feature=$FEATURES State=UNKNOWN"
   done
   echo "PartitionName=$PARTITION Nodes=$(node_range) Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
 }
 
+# One line per socket: that socket's GPUs and the cores they are affine to.
 render_gres_conf() {
-  local node
+  local node s gpus=$((GPUS_PER_NODE / SOCKETS)) cores=$((NODE_CPUS / SOCKETS))
   echo "$MANAGED_MARK"
   echo "AutoDetect=off"
   for node in $(node_names); do
-    echo "NodeName=$node Name=gpu Type=$GPU_TYPE File=$DEV_DIR/$node-nvidia[0-$((GPUS_PER_NODE - 1))]"
+    for ((s = 0; s < SOCKETS; s++)); do
+      echo "NodeName=$node Name=gpu Type=$GPU_TYPE File=$DEV_DIR/$node-nvidia[$((s * gpus))-$(((s + 1) * gpus - 1))] Cores=$((s * cores))-$(((s + 1) * cores - 1))"
+    done
   done
 }
 
@@ -574,7 +582,8 @@ with_lock() {
 
 validate_env() {
   [[ $NODES =~ ^[0-9]+$ ]] && ((NODES >= 1 && NODES <= 99)) || die "NODES must be 1..99 (got '$NODES')"
-  [[ $NODE_CPUS =~ ^[0-9]+$ ]] && ((NODE_CPUS >= 1)) || die "SLURMX_NODE_CPUS must be a positive integer"
+  [[ $NODE_CPUS =~ ^[0-9]+$ ]] && ((NODE_CPUS >= SOCKETS && NODE_CPUS % SOCKETS == 0)) ||
+    die "SLURMX_NODE_CPUS must be a positive multiple of $SOCKETS (the sockets each node advertises)"
   [[ $NODE_MEM_MB =~ ^[0-9]+$ ]] && ((NODE_MEM_MB >= NODE_CPUS)) || die "SLURMX_NODE_MEM_MB must be an integer >= CPUs"
   [[ $(id -u) == 0 ]] || die "must run as root"
 }

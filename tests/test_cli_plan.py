@@ -21,7 +21,9 @@ def test_kimik3_seed_key_has_four_points_at_1889_gb(capsys: pytest.CaptureFixtur
     assert {r["total-cpu-dram-gb"] for r in rows} == {1889}
     assert len({r["point-id"] for r in rows}) == 4
     assert [r["kv-offload-backend"] for r in rows] == [{"name": "lmcache", "version": "0.5.4rc4"}] * 4
-    assert [r["slurm-request"] for r in rows] == ["b300 gpu:b300:8 -C b300 mem=0 excl 480m"] * 4
+    assert [r["slurm-request"] for r in rows] == [
+        "b300 gpu:b300:8 -C b300 mem=0 excl enforce-binding mem-bind=local 480m"
+    ] * 4
 
 
 def test_dsv4_seed_key_has_ten_points_at_2399_gb(capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,12 +40,15 @@ def test_plan_all_covers_every_shipped_key(capsys: pytest.CaptureFixture[str]) -
         "kimik3-fp4-b300-vllm-agentic-dspark-lmcache": 4,
         "dsv4-fp4-b200-vllm-agentic-lmcache": 10,
         "tiny-fp32-local-vllm-agentic-lmcache": 4,
+        "tiny-fp32-local-vllm-agentic-multinode": 1,
+        "kimik3-fp4-h200-vllm-agentic": 35,
+        "dsv4-fp4-gb300-dynamo-vllm-agentic": 3,
     }
 
 
 # The whole table of the dsv4 seed key, cell for cell (point ids are recorded values too).
 DSV4_TABLE = [
-    (point_id, parallelism, "none", "lmcache", conc, "2399", "dsv4-fp4-b200-vllm", "b200 gpu:b200:8 -C b200 mem=0 excl 480m")
+    (point_id, parallelism, "none", "lmcache", conc, "2399", "dsv4-fp4-b200-vllm", "b200 gpu:b200:8 -C b200 mem=0 excl enforce-binding mem-bind=local 480m")
     for point_id, parallelism, conc in [
         ("4fa3f71f3b51", "TP8", "8"), ("a640cd11ecbd", "TP8", "10"), ("cbc8b88decb9", "TP8", "16"),
         ("4632bc06314f", "DEP8", "16"), ("58d5e1c75015", "DEP8", "38"), ("3bbdc73d14e5", "DEP8", "44"),

@@ -117,6 +117,54 @@ class Point:
         return _row(self)
 
 
+@dataclass(frozen=True)
+class NodeLayout:
+    """How a point's engine spreads over nodes: what each node is asked for and how many ranks it runs."""
+
+    nodes: int
+    gpus_per_node: int  # GPUs asked of each node (the GRES count of the request)
+    ranks_per_node: int  # data-parallel engine ranks on each node; 0 when one rank spans nodes
+    ranks: int  # data-parallel ranks in all (the aggregated deployment's --data-parallel-size)
+
+    @property
+    def multinode(self) -> bool:
+        return self.nodes > 1
+
+
+def _side_layout(worker: WorkerSpec, gpus_per_node: int) -> NodeLayout:
+    """Workers of one side: whole nodes per worker when a worker spans nodes, else workers tiling nodes."""
+    worker_gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size)
+    if worker.num_worker == 0:
+        return NodeLayout(0, 0, 0, 0)
+    if worker_gpus > gpus_per_node:
+        nodes = worker.num_worker * -(-worker_gpus // gpus_per_node)
+        return NodeLayout(nodes, gpus_per_node, 0, worker.num_worker)
+    per_node = gpus_per_node // worker_gpus
+    ranks_per_node = min(per_node, worker.num_worker)
+    nodes = -(-worker.num_worker // per_node)
+    return NodeLayout(nodes, ranks_per_node * worker_gpus, ranks_per_node, worker.num_worker)
+
+
+def node_layout(point: Point, gpus_per_node: int) -> NodeLayout:
+    """One node for a single-node point; for a multinode point, the nodes its workers need on this hardware
+    (prefill and decode workers on nodes of their own when disaggregated)."""
+    if not point.multinode:
+        return NodeLayout(1, point.gpus, 1, 1)
+    assert point.prefill is not None and point.decode is not None
+    prefill = _side_layout(point.prefill, gpus_per_node)
+    decode = _side_layout(point.decode, gpus_per_node)
+    if not decode.nodes:
+        return prefill
+    if not prefill.nodes:
+        return decode
+    return NodeLayout(
+        prefill.nodes + decode.nodes,
+        max(prefill.gpus_per_node, decode.gpus_per_node),
+        0,  # the sides differ: ranks are per side, not per node
+        prefill.ranks + decode.ranks,
+    )
+
+
 def parallelism_label(tp: int, ep: int, dp_attn: bool, pp: int = 1, dcp: int = 1, pcp: int = 1) -> str:
     """TP8, DEP8 (data-parallel attention + experts), TP8-EP8, TP8-DCP8, TP4-PP2: one spelling everywhere."""
     label = f"DEP{tp}" if dp_attn and ep > 1 else f"TP{tp}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +17,9 @@ class Process:
     env: dict[str, str]
     health_url: str | None = None
     ready_timeout_s: float = 600.0
+    # what teardown sends first, before SIGKILL after the grace: SIGTERM, or the signal on which the
+    # process stops gracefully (aiperf: SIGINT, on which it writes what it measured)
+    stop_signal: signal.Signals = signal.SIGTERM
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,8 +112,7 @@ def test_a_segment_a_live_process_holds_is_not_a_leftover(planted: Path) -> None
         assert gpu_hygiene.find_shm_leftovers(patterns=(planted.name,)) == []
     finally:
         holder.kill()
-        holder.wait()
-    time.sleep(0.1)
+        holder.wait()  # reaped: gone from /proc, its open file with it
     assert gpu_hygiene.find_shm_leftovers(patterns=(planted.name,)) == [planted]
 
 

@@ -5,10 +5,10 @@ Real processes stand in for LMCache and vLLM (they only report where they run)."
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,7 +28,10 @@ from slurmx.submit.resolved import resolve_points
 REPORT = "import os, time; print('cpus', sorted(os.sched_getaffinity(0)), flush=True); time.sleep(60)"
 
 
-def start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str) -> tuple[Path, dict[str, Any]]:
+def start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, *, numactl: bool = False
+) -> tuple[Path, dict[str, Any]]:
+    """Start the stand-ins through the job body; `numactl` False: PATH without it (the fallback launcher)."""
     key = "tiny-fp32-local-vllm-agentic-lmcache"
     inputs = load_inputs(None, None, [key])
     item = resolve_points(inputs.points, inputs)[0]
@@ -44,10 +47,10 @@ def start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str) -> tuple
     monkeypatch.setattr(serving_body, "preflight", lambda *a, **k: [])
     monkeypatch.setattr(serving_body, "launch_plan", lambda *a: plan)
     monkeypatch.setattr(serving_body, "what_ran", lambda *a: {})
-    monkeypatch.setattr(
-        serving_body, "backends", SimpleNamespace(get=lambda name: SimpleNamespace(engine_checks=lambda *a: []))
-    )
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")  # no numactl on this host anyway
+    dirs = os.environ["PATH"].split(os.pathsep)
+    if not numactl:  # the same host without numactl: every PATH entry that holds one is left out
+        dirs = [d for d in dirs if not (Path(d) / "numactl").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path), *dirs]))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2] / "src"))
     runtime = runtime_for(record.cluster_profile, record.point.image)
     with Supervisor(point.path, "t15-numa") as sup:
@@ -69,6 +72,20 @@ def test_bind_policy_places_the_lmcache_server_and_records_it(tmp_path: Path, mo
     record = seen["lock"]["numa"]
     assert record["policy"] == "bind" and record["nodes"] == sorted(nodes)
     assert record["topology"]["numa_nodes"] == {str(n): c for n, c in nodes.items()}
+
+
+def test_with_numactl_the_server_starts_under_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = shutil.which("numactl")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("numactl is not installed (scripts/test installs it)")
+        pytest.skip("numactl is not installed (apt-get install numactl)")
+    path, seen = start(tmp_path, monkeypatch, "bind", numactl=True)
+    nodes = ",".join(str(n) for n in sorted(numa.read_numa_nodes()))
+    assert f"{found} --cpunodebind={nodes} --membind={nodes} " in (path / "commands" / "lmcache.txt").read_text()
+    assert "numactl" not in (path / "commands" / "engine.txt").read_text()
+    assert "cpus " in seen["logs"]["lmcache"]  # it ran, under numactl
+    assert seen["lock"]["numa"]["tool"] == "numactl"
 
 
 def test_no_policy_leaves_the_command_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,12 @@ from slurmx.commands.common import load_points
 from slurmx.commands.render import render_key
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-KEYS = ("kimik3-fp4-b300-vllm-agentic-dspark-lmcache", "dsv4-fp4-b200-vllm-agentic-lmcache")
+KEYS = (
+    "kimik3-fp4-b300-vllm-agentic-dspark-lmcache",
+    "dsv4-fp4-b200-vllm-agentic-lmcache",
+    "kimik3-fp4-h200-vllm-agentic",  # aggregated multinode: TP8xDP4 rendered per node, TP16xDP2 refused
+    "dsv4-fp4-gb300-dynamo-vllm-agentic",  # Dynamo disaggregated: rendered for review, refused by submit
+)
 
 
 class _DefaultInputs:

@@ -115,6 +115,21 @@ def _multi_entry(draw: st.DrawFn, agentic: bool, dram_gpus: int, transfer: bool)
     return entry | _conc(draw)
 
 
+# Defined once: hypothesis builds a signature (compiling source) for each composite it wraps, and
+# one nested in master_key was wrapped anew for every key drawn.
+@st.composite
+def _entry(
+    draw: st.DrawFn, multinode: bool, agentic: bool, dram_ok: bool, gpus: int, transfer: bool, router_at_top: bool
+) -> dict[str, Any]:
+    if multinode:
+        e = _multi_entry(draw, agentic, gpus if dram_ok else 0, transfer)
+    else:
+        e = _single_entry(draw, gpus or 8, agentic, dram_ok)
+    if not router_at_top and draw(st.booleans()):
+        e["router"] = draw(_router())
+    return e
+
+
 @st.composite
 def master_key(draw: st.DrawFn) -> dict[str, Any]:
     multinode = draw(st.booleans())
@@ -143,17 +158,7 @@ def master_key(draw: st.DrawFn) -> dict[str, Any]:
     transfer_in_entries = multinode and not transfer_at_top and (config.get("disagg", False) or draw(st.booleans()))
 
     def entry(agentic: bool, dram_ok: bool) -> st.SearchStrategy[dict[str, Any]]:
-        @st.composite
-        def one(d: st.DrawFn) -> dict[str, Any]:
-            if multinode:
-                e = _multi_entry(d, agentic, gpus if dram_ok else 0, transfer_in_entries)
-            else:
-                e = _single_entry(d, gpus or 8, agentic, dram_ok)
-            if not router_at_top and d(st.booleans()):
-                e["router"] = d(_router())
-            return e
-
-        return one()
+        return _entry(multinode, agentic, dram_ok, gpus, transfer_in_entries, router_at_top)
 
     scenarios: dict[str, Any] = {}
     if has_fixed:

@@ -1,24 +1,27 @@
 """A recording stand-in for a program an upstream InferenceX script starts (vllm, lmcache, aiperf, pip...).
 
-Run as `python standin.py NAME ARGS...` from a wrapper named NAME on PATH. It appends one JSON line
-(name, argv, env, cwd) to $STANDIN_LOG, then does the least the script needs to go on: servers stay
-up until killed (the script checks they are alive), `uv venv` creates the aiperf venv's stand-ins,
-`pip show` names a version, the torch-lib query prints a directory. Everything else exits 0.
+Run as `python standin.py NAME ARGS...` from a wrapper named NAME on PATH. It appends one line
+(name, argv, env, cwd as a Python literal, read back with `ast.literal_eval`) to $STANDIN_LOG, then
+does the least the script needs to go on: servers stay up until killed (the script checks they are
+alive), `uv venv` creates the aiperf venv's stand-ins, `pip show` names a version, the torch-lib
+query prints a directory. Everything else exits 0.
+
+A script starts about 30 of these per point: the module imports only `os` and `sys` up front (json
+and pathlib would double each start's CPU time).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
 
 SERVERS = {"vllm", "lmcache", "vllm-router", "mooncake_master"}
 FAKE_TORCH_LIB = "/standin/torch/lib"
+REAL_SLEEP = "/bin/sleep"
 
 
 def _record(name: str, argv: list[str]) -> None:
-    line = json.dumps({"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}) + "\n"
+    line = repr({"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}) + "\n"
     fd = os.open(os.environ["STANDIN_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -40,6 +43,8 @@ def _python(argv: list[str]) -> None:
 
 def _uv(argv: list[str]) -> None:
     if argv[:1] == ["venv"]:
+        from pathlib import Path
+
         bin_dir = Path(argv[-1]) / "bin"
         bin_dir.mkdir(parents=True, exist_ok=True)
         wrapper_dir = Path(os.environ["STANDIN_BIN"])
@@ -53,7 +58,8 @@ def main() -> None:
     name, argv = sys.argv[1], sys.argv[2:]
     _record(name, argv)
     if name in SERVERS:
-        os.execvp("sleep", ["sleep", "600"])  # alive until the harness ends the script's session
+        # alive until the harness ends the script's session (the real sleep: `sleep` on PATH is a stand-in)
+        os.execv(REAL_SLEEP, ["sleep", "600"])
     if name in ("python3", "python"):
         _python(argv)
     elif name == "uv":

@@ -5,10 +5,15 @@ The script and its benchmark_lib.sh are copied into InferenceX's tree layout (th
 launcher and workflow give a point, and a PATH whose first directory holds stand-ins for every
 program the scripts start (tests/helpers/standin.py). Each started program's argv and full env is
 the reference: what InferenceX really runs, from its own code.
+
+`sleep` on that PATH sleeps 20 ms whatever it is asked: the scripts' sleeps are polls (a server
+alive after SIGTERM, a log file not there yet) whose condition the stand-ins meet at once, and at a
+second each they were most of the capture's wall time. No stand-in records it; it starts nothing.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -27,6 +32,7 @@ STANDINS = (
     "nvidia-smi", "curl", "nm", "ldd", "apt-get",
 )  # fmt: skip
 PORT = 8888  # the launchers' srun --export=ALL,PORT=8888
+POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,9 @@ def _stand_ins(bin_dir: Path) -> None:
         wrapper = bin_dir / name
         wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S -E {standin} {name} "$@"\n')
         wrapper.chmod(0o755)
+    sleep = bin_dir / "sleep"
+    sleep.write_text(f"#!/bin/sh\nexec /bin/sleep {POLL_SLEEP_S}\n")
+    sleep.chmod(0o755)
 
 
 def _settle(pgid: int, bound_s: float = 30.0) -> None:
@@ -181,7 +190,7 @@ def capture(point: Point, upstream: Upstream, scripts_dir: Path, work: Path, tim
         proc.wait()
     started = []
     for line in log.read_text().splitlines() if log.exists() else []:
-        row = json.loads(line)
+        row = ast.literal_eval(line)
         started.append(Started(row["name"], row["argv"], row["env"]))
     launcher_base = {**base, "PATH": env["PATH"], "TMPDIR": env["TMPDIR"],
                      "INFMAX_CONTAINER_WORKSPACE": env["INFMAX_CONTAINER_WORKSPACE"]}  # fmt: skip

@@ -145,6 +145,12 @@ def slurmx_facts(processes: list[Process], job_env: Mapping[str, str], provision
     facts: Facts = {}
     for process in processes:
         argv = _unwrap(process.argv)
+        if Path(argv[0]).name == "numactl":  # the NUMA placement launcher (node/numa.py): one fact of its own
+            i = 1
+            while argv[i].startswith("-"):
+                i += 1
+            facts[(process.name, "numa placement")] = " ".join(argv[:i])
+            argv = argv[i:]
         facts[(process.name, "program")] = Path(argv[0]).name
         facts.update(argv_facts(process.name, argv[1:], {}))
         facts.update(env_facts(process.name, {**job_env, **process.env}, {}))

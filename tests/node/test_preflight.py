@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 from slurmx.backends import BackendSpec
-from slurmx.backends.lmcache import LMCacheSpec, check_shm, connector_check
-from slurmx.backends.none import BACKEND as NO_OFFLOAD
+from slurmx.backends.lmcache import LMCacheSpec, check_shm
 from slurmx.backends.none import NoneSpec
 from slurmx.node.preflight import GB, check_gpus, check_memory, check_tools, visible_gpus
 from slurmx.recipes.model import Replay
@@ -65,35 +64,3 @@ def test_missing_model_and_tools_are_named(tmp_path: Path) -> None:
     (tmp_path / "tiny-llama").mkdir()
     assert check_tools(spec, _runtime(tmp_path)) is None
     assert "is not an executable" in (check_tools(spec, _runtime(tmp_path, "/nonexistent/python")) or "")
-
-
-def check_connector(runtime: VenvRuntime) -> str | None:
-    """Run the LMCache backend's engine check as the body does (a process that must exit 0)."""
-    import subprocess
-
-    check = connector_check(runtime)
-    assert check is not None and check.name == "connector-import"
-    proc = subprocess.run(check.argv, capture_output=True, text=True, check=False, timeout=check.ready_timeout_s)
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return None if proc.returncode == 0 else f"the engine environment cannot import {check.argv[-1][7:]}: {last}"
-
-
-def test_engine_environment_must_import_the_connector(tmp_path: Path) -> None:
-    # This venv has no lmcache: the check must say so instead of letting vLLM die at start-up.
-    reason = check_connector(_runtime(tmp_path))
-    assert reason is not None
-    assert reason.startswith("the engine environment cannot import lmcache.integration.vllm.lmcache_mp_connector")
-    assert "ModuleNotFoundError" in reason
-    # only the LMCache backend asks for the check
-    assert NO_OFFLOAD.engine_checks(NoneSpec(name="none"), _runtime(tmp_path)) == []
-
-
-def test_the_real_engine_environment_imports_the_connector(tmp_path: Path) -> None:
-    import os
-
-    import pytest
-
-    python = Path(os.environ.get("SLURMX_STACK", "/opt/slurmx-stack")) / "venvs/engine/bin/python"
-    if not python.exists():
-        pytest.skip("the CPU stack is not built (scripts/local-stack.sh)")
-    assert check_connector(_runtime(tmp_path, str(python))) is None

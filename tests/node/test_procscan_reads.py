@@ -14,15 +14,18 @@ import pytest
 
 from slurmx.node.procscan import info, is_running, read_cmdline, read_stat, send, wait_gone
 
-SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
+SLEEP = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
 
 
 @pytest.fixture
 def child() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(SLEEP, start_new_session=True)
+    proc = subprocess.Popen(SLEEP, start_new_session=True, stdout=subprocess.PIPE)
+    # up and asleep: a child still starting Python can be seen in D (disk wait) on a loaded machine
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
     yield proc
     proc.kill()
     proc.wait()
+    proc.stdout.close()
 
 
 def test_stat_and_cmdline_of_a_live_child(child: subprocess.Popen[bytes]) -> None:

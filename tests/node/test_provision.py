@@ -3,13 +3,13 @@ the point with a one-line reason, and LMCache's fallback guard once its server i
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from slurmx.backends.lmcache import CONNECTOR_MODULE, LMCacheSpec
+from slurmx.config.clusters import RuntimeProfile
 from slurmx.inputs import load_inputs
 from slurmx.node import provision, serving_body
 from slurmx.node.recorder import PointFailed, StageRecorder
@@ -23,10 +23,8 @@ from slurmx.store.ledger import queue_point
 from slurmx.store.tree import ResultsTree
 from slurmx.submit.resolved import resolve_points
 
-ENGINE_PYTHON = Path(os.environ.get("SLURMX_STACK", "/opt/slurmx-stack")) / "venvs" / "engine" / "bin" / "python"
 
-
-def _spec(version: str = "0.5.6", replay: str = "synthetic") -> ServingSpec:
+def _spec(version: str | None = "0.5.6", replay: str = "synthetic") -> ServingSpec:
     backend = LMCacheSpec(name="lmcache", version=version, l1_size_gb=1, l1_fraction=1.0, chunk_size=256,
                           transfer_mode="lmcache_driven", import_check=["json"])  # fmt: skip
     return ServingSpec(
@@ -44,7 +42,7 @@ def test_the_venv_runtime_verifies_and_the_container_installs(tmp_path: Path) ->
     venv = {s.item: s for s in provision.plan(_spec(), _venv(tmp_path))}
     assert "pip install lmcache" not in venv  # the engine venv is shared: verify only
     assert venv["version lmcache"].process.argv[-2:] == ["lmcache", "0.5.6"]
-    assert {f"import-check {CONNECTOR_MODULE}", "import-check json", "torch libraries", "aiperf"} <= set(venv)
+    assert {f"import-check {CONNECTOR_MODULE}", "import-check json", "torch libraries", "aiperf runs"} <= set(venv)
     assert venv["download model tiny"].process.argv[-1] == "0"  # find it, never download
 
     pyxis = provision.plan(_spec(replay="production"), PyxisRuntime(model_root="/models", squash_dir="/sq", image="i"))
@@ -53,6 +51,23 @@ def test_the_venv_runtime_verifies_and_the_container_installs(tmp_path: Path) ->
     assert first.process.argv[-6:] == ["-m", "pip", "install", *provision.PIP_FLAGS, "lmcache==0.5.6"][-6:]
     assert [s.item for s in pyxis].index("version lmcache") == 1  # read back right after the install
     assert pyxis[-1].item == "download dataset semianalysisai/cc-traces-weka-062126"
+    assert "aiperf venv" not in [s.item for s in pyxis]  # no aiperf-source: the image's aiperf, checked only
+
+
+def test_the_container_installs_aiperf_from_the_profiles_source_into_its_own_venv() -> None:
+    profile = RuntimeProfile(
+        kind="pyxis", squash_dir="/sq", model_root="/models", aiperf_source="/workspace/utils/aiperf"
+    )
+    runtime = PyxisRuntime.from_profile(profile, "img")
+    steps = {s.item: s.process.argv for s in provision.plan(_spec(), runtime)}
+    venv = "/tmp/slurmx-aiperf"
+    assert steps["aiperf venv"][-5:] == ["python3", "-m", "venv", "--clear", venv]
+    assert steps["aiperf"][-5:] == [f"{venv}/bin/python", "-m", "pip", "install", "/workspace/utils/aiperf"]
+    assert steps["aiperf runs"][-2:] == [f"{venv}/bin/aiperf", "--version"]
+    items = list(steps)
+    assert items.index("aiperf venv") < items.index("aiperf") < items.index("aiperf runs")
+    assert all(argv[0] == "srun" for argv in steps.values())  # in the job's container, never the engine's env
+    assert runtime.aiperf_bin == f"{venv}/bin/aiperf"  # the replay runs the one provisioning installed
 
 
 def test_a_version_other_than_the_pin_fails_the_point_in_one_line(tmp_path: Path) -> None:
@@ -64,23 +79,13 @@ def test_a_version_other_than_the_pin_fails_the_point_in_one_line(tmp_path: Path
     )
 
 
-@pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="the local stack's engine venv is not installed")
-def test_the_engine_venv_is_provisioned_for_real(tmp_path: Path) -> None:
-    (tmp_path / "tiny").mkdir()
-    (tmp_path / "tiny" / "config.json").write_text("{}")
-    runtime = _venv(tmp_path, str(ENGINE_PYTHON))
-    with Supervisor(tmp_path, "prov-2") as sup, pytest.raises(PointFailed) as caught:
-        provision.run(_spec("0.0.1"), runtime, sup)
+def test_an_engine_environment_without_the_connector_fails_the_point_before_any_server(tmp_path: Path) -> None:
+    # no version pin to read back: the connector import check is the first to find lmcache missing
+    with Supervisor(tmp_path, "prov-0") as sup, pytest.raises(PointFailed) as caught:
+        provision.run(_spec(version=None), _venv(tmp_path), sup)
     assert str(caught.value) == (
-        "provision: version lmcache failed: lmcache 0.5.6 is installed in the engine environment, the config pins 0.0.1"
+        f"provision: import-check {CONNECTOR_MODULE} failed: ModuleNotFoundError: No module named 'lmcache'"
     )
-    with Supervisor(tmp_path / "ok", "prov-3") as sup:
-        done = provision.run(_spec(), runtime, sup)
-    assert done.versions == {"lmcache": "0.5.6"}
-    preload = done.env["lmcache"]["LD_PRELOAD"].split(":")
-    assert [Path(p).name for p in preload][:3] == list(provision.TORCH_LIBS) and all(Path(p).is_file() for p in preload)
-    assert done.env["engine"]["LD_LIBRARY_PATH"].split(":")[0] == str(Path(preload[0]).parent)
-    assert [r["step"] for r in done.record][-1] == "download model tiny"
 
 
 FAKE_LMCACHE = """#!{python}

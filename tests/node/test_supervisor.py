@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from slurmx.node.ports import free_port
-from slurmx.node.procscan import kill_survivors
+from slurmx.node.procscan import kill_survivors, running_by_group
 from slurmx.node.supervisor import (
     JobInterrupted,
     ProcessDied,
@@ -60,6 +60,15 @@ def running(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(")") + 2] != "Z"
+
+
+def blocked_in(pid: int, body: str) -> bool:
+    """The runner's main thread is asleep where its body blocks: time.sleep or waitpid (the kernel's wchan)."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+    return wchan == "do_wait" if body == "wait" else "nanosleep" in wchan
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -166,6 +175,50 @@ def test_child_ignoring_sigterm_is_killed_after_grace(tmp_path: Path, marker: st
     assert_job_gone(marker, [stubborn.pid])
 
 
+GRACEFUL_ON_INT = """
+import signal, sys, time
+def stop(signum, frame):
+    time.sleep(0.3)  # a graceful stop takes a moment: it writes what it has
+    print('flushed', flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGINT, stop)
+print('armed', flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_process_stopped_by_sigint_outlives_the_job_wide_sigterm(tmp_path: Path, marker: str) -> None:
+    # Slurm's scancel sends SIGTERM to every process of the job; aiperf stops gracefully on SIGINT only
+    with Supervisor(tmp_path, marker, grace_s=5, report_name="teardown-replay.json") as sup:
+        graceful = sup.start("graceful", [PY, "-c", GRACEFUL_ON_INT], stop_signal=signal.SIGINT)
+        wait_for(lambda: "armed" in graceful.log_path.read_text())
+        for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP):
+            os.killpg(graceful.pgid, signum)
+        with pytest.raises(subprocess.TimeoutExpired):  # a job-wide signal must not end it
+            sup.wait(graceful, timeout_s=0.5)
+    assert sup.report is not None and sup.report.terminated == ["graceful"] and sup.report.killed == []
+    assert sup.wait(graceful, timeout_s=1) == 0
+    assert "flushed" in graceful.log_path.read_text()
+    assert json.loads((tmp_path / "teardown-replay.json").read_text())["terminated"] == ["graceful"]
+    assert not (tmp_path / "teardown.json").exists()
+    assert_job_gone(marker, [graceful.pid])
+
+
+def test_a_signal_shortens_the_grace_to_what_slurms_killwait_leaves(tmp_path: Path, marker: str) -> None:
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('armed', flush=True); time.sleep(60)"
+    )
+    started = 0.0
+    with pytest.raises(JobInterrupted), Supervisor(tmp_path, marker, grace_s=30, signal_grace_s=0.5) as sup:
+        child = sup.start("stubborn", [PY, "-c", stubborn])
+        wait_for(lambda: "armed" in child.log_path.read_text())
+        started = time.monotonic()
+        os.kill(os.getpid(), signal.SIGUSR2)  # the handler tears down at once and raises
+    assert time.monotonic() - started < 5.0  # not the 30 s grace of an ordinary teardown
+    assert sup.report is not None and sup.report.killed == ["stubborn"]
+    assert_job_gone(marker, [child.pid])
+
+
 def test_teardown_is_idempotent_and_refuses_new_starts(tmp_path: Path, marker: str) -> None:
     with Supervisor(tmp_path, marker, grace_s=1) as sup:
         sup.start("sleeper", [PY, "-c", "import time; time.sleep(60)"])
@@ -185,6 +238,30 @@ def test_stop_ends_one_process_group_and_leaves_the_others(tmp_path: Path, marke
         assert sup.stop(second) == "exited"
         assert not sup.alive(second) and sup.alive(first) and sup.poll(first) is None
     assert sup.report is not None and sup.report.terminated == ["first"] and sup.report.already_exited == ["second"]
+
+
+IGNORE_TERM_TREE = (
+    "import signal, subprocess, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "  # inherits SIG_IGN
+    "print('armed', g.pid, flush=True); g.wait()"
+)
+
+
+def test_stop_kills_a_group_that_ignores_sigterm_after_the_grace(tmp_path: Path, marker: str) -> None:
+    with Supervisor(tmp_path, marker, grace_s=0.3) as sup:
+        other = sup.start("other", [PY, "-c", "import time; time.sleep(60)"])
+        stubborn = sup.start("stubborn", [PY, "-c", IGNORE_TERM_TREE])
+        wait_for(lambda: "armed" in stubborn.log_path.read_text())
+        grandchild = int(stubborn.log_path.read_text().split()[1])
+        _spawned.append(grandchild)
+        started = time.monotonic()
+        assert sup.stop(stubborn) == "killed"
+        assert time.monotonic() - started >= 0.3  # the whole grace first
+        # dead and reaped when stop() returns, the grandchild in its group too; the other group untouched
+        assert stubborn.popen.returncode == -signal.SIGKILL
+        assert not running(grandchild) and running_by_group([stubborn.pgid])[stubborn.pgid] == []
+        assert sup.alive(other)
+    assert sup.report is not None and sup.report.already_exited == ["stubborn"] and sup.report.terminated == ["other"]
 
 
 CHATTY = "import sys, time; print('hello from child'); print('to stderr', file=sys.stderr, flush=True); time.sleep(60)"
@@ -210,10 +287,12 @@ def run_signalled_body(
         wait_for(lambda: (tmp_path / "runner-ready").exists() or runner.poll() is not None)
         tree = tree_pids(tmp_path / "tree.json")["tree"]
         assert isinstance(tree, list) and set(tree) <= marker_pids(marker)
-        time.sleep(0.1)  # let the body settle into its sleep or waitpid
-        for signum in signals:
+        wait_for(lambda: blocked_in(runner.pid, body))  # the signal must find the body in its sleep or waitpid
+        for n, signum in enumerate(signals):
             os.kill(runner.pid, signum)
-            time.sleep(0.3)
+            if n + 1 < len(signals):
+                # the next one must land during the teardown this one began: its SIGTERM reached the tree
+                wait_for(lambda: not running(tree[1]))
         code = runner.wait(timeout=15)
     finally:
         if runner.poll() is None:

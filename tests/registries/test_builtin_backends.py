@@ -12,9 +12,10 @@ import pytest
 
 from slurmx.backends.base import GB, ArmProblem, backend_version
 from slurmx.backends.lmcache import BACKEND as LMCACHE
-from slurmx.backends.lmcache import LMCacheArm, LMCacheSpec, check_shm, connector_check
+from slurmx.backends.lmcache import LMCacheArm, LMCacheSpec, check_shm
 from slurmx.backends.mooncake import BACKEND as MOONCAKE
-from slurmx.backends.mooncake import MooncakeArm
+from slurmx.backends.mooncake import MooncakeArm, MooncakeSpec
+from slurmx.backends.vllm_simple import BACKEND as VLLM_SIMPLE
 from slurmx.config.master import KvOffloadBackend
 from slurmx.plan import Point
 from slurmx.process import Process, ServerPorts
@@ -26,7 +27,9 @@ VENV = VenvRuntime(engine_python="/venvs/engine/bin/python", lmcache_bin="/venvs
                    mooncake_master_bin="/venvs/engine/bin/mooncake_master")  # fmt: skip
 
 
-def _point(backend: Literal["lmcache", "mooncake"], budget_gb: int, tp: int = 8, version: str | None = "1.2") -> Point:
+def _point(
+    backend: Literal["lmcache", "mooncake", "vllm-simple"], budget_gb: int, tp: int = 8, version: str | None = "1.2"
+) -> Point:
     return Point(
         config_key="k", scenario="agentic-coding", image="img", model="m", model_prefix="p", precision="fp4",
         framework="vllm", runner="cluster:t", multinode=False, disagg=False, spec_decoding="none", conc=4, tp=tp,
@@ -38,6 +41,19 @@ def _point(backend: Literal["lmcache", "mooncake"], budget_gb: int, tp: int = 8,
 def _lmcache(server_flags: list[str], l1_size_gb: int = 4) -> LMCacheSpec:
     return LMCacheSpec(name="lmcache", l1_size_gb=l1_size_gb, l1_fraction=1.0, chunk_size=256,
                        transfer_mode="engine_driven", server_flags=server_flags)  # fmt: skip
+
+
+def test_vllm_simple_connector_is_exactly_what_vllm_reads() -> None:
+    arm = VLLM_SIMPLE.arm_model()
+    spec = VLLM_SIMPLE.spec(arm, _point("vllm-simple", 1889))
+    assert (spec.name, spec.version, spec.cpu_bytes_per_rank) == ("vllm-simple", "1.2", int(1889 * 1e9 / 8))
+    assert VLLM_SIMPLE.spec(arm, _point("vllm-simple", 1889, version=None)).version is None
+    assert VLLM_SIMPLE.servers(spec, PORTS, VENV, {}) == []  # vLLM's own connector: no server of its own
+    assert VLLM_SIMPLE.connector_config(spec, PORTS) == {
+        "kv_connector": "SimpleCPUOffloadConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use_per_rank": 236_125_000_000},
+    }
 
 
 def test_mooncake_master_and_connector_are_exactly_what_vllm_and_mooncake_read() -> None:
@@ -61,6 +77,29 @@ def test_mooncake_master_and_connector_are_exactly_what_vllm_and_mooncake_read()
     assert "--job-name=slurmx-mooncake-master" in server.argv
 
 
+def test_the_mooncake_pin_is_installed_as_the_arms_wheel_and_import_checked() -> None:
+    from slurmx.node import provision
+    from slurmx.recipes.model import Replay
+    from slurmx.recipes.spec import ServingSpec
+
+    def serving_spec_with(backend: MooncakeSpec) -> ServingSpec:
+        return ServingSpec(
+            recipe="r", recipe_file="r.yaml", recipe_sha256="0", launcher=["x"], model_flag=None, model="m",
+            served_model_name="m", engine_flags=[], env={"PYTHONHASHSEED": "0"}, block_size=128, health_path="/h",
+            startup_timeout_s=10, gpus=8, backend=backend, replay=Replay(kind="synthetic"), conc=2, duration_s=60,
+        )  # fmt: skip
+
+    runtime = PyxisRuntime(image="img")
+    default = MOONCAKE.spec(MooncakeArm(), _point("mooncake", 1000, version="0.3.11.post1"))
+    cuda13 = MOONCAKE.spec(MooncakeArm(distribution="mooncake-transfer-engine-cuda13"), _point("mooncake", 1000))
+    steps = {s.item: s.process.argv for s in provision.plan(serving_spec_with(default), runtime)}
+    assert steps["pip install mooncake-transfer-engine"][-1] == "mooncake-transfer-engine==0.3.11.post1"
+    assert steps["version mooncake-transfer-engine"][-2:] == ["mooncake-transfer-engine", "0.3.11.post1"]
+    assert steps["import-check mooncake.store"][-1] == "import mooncake.store"
+    steps = {s.item: s.process.argv for s in provision.plan(serving_spec_with(cuda13), runtime)}
+    assert steps["pip install mooncake-transfer-engine-cuda13"][-1] == "mooncake-transfer-engine-cuda13==1.2"
+
+
 def test_mooncake_segment_per_rank_keeps_three_decimals() -> None:
     assert MOONCAKE.spec(MooncakeArm(), _point("mooncake", 1000, tp=3)).per_rank_gb == 333.333
 
@@ -73,11 +112,7 @@ def test_lmcache_server_reset_metrics_and_checks(tmp_path: Path) -> None:
     assert (server.health_url, server.ready_timeout_s) == ("http://127.0.0.1:21888/healthcheck", 600)
     assert LMCACHE.cache_reset_urls(spec, PORTS) == ["http://127.0.0.1:21888/cache/clear"]
     assert LMCACHE.metrics_urls(spec, PORTS) == ["http://127.0.0.1:21888/metrics"]
-    check = Process("connector-import", ["/venvs/engine/bin/python", "-c",
-                    "import lmcache.integration.vllm.lmcache_mp_connector"], {"PYTHONUNBUFFERED": "1"}, None, 180.0)  # fmt: skip
-    assert connector_check(VENV) == check and LMCACHE.engine_checks(spec, VENV) == [check]
-    assert connector_check(PyxisRuntime(image="i")) is None  # checked inside the container instead
-    assert LMCACHE.engine_checks(spec, PyxisRuntime(image="i")) == []
+    assert LMCACHE.import_checks(spec)[0] == "lmcache.integration.vllm.lmcache_mp_connector"  # provisioning imports it
     assert LMCACHE.preflight(spec, VENV) == []  # process memory, no /dev/shm segment
 
 

@@ -152,6 +152,13 @@ def test_identity_comes_from_the_inferencex_row(tmp_path: Path) -> None:
 def test_missing_or_broken_records_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="profile_export.jsonl: missing"):
         build_result(point_from_row(POINT), tmp_path, run=META)
-    (tmp_path / "profile_export.jsonl").write_text('{"metadata": {}}\n{"metad')
+    (tmp_path / "profile_export.jsonl").write_text('{"metadata": {}}\n{"metad\n{"metadata": {}}\n')
     with pytest.raises(ArtifactError, match=r"profile_export.jsonl:2: not JSON"):
         build_result(point_from_row(POINT), tmp_path, run=META)
+
+
+def test_a_torn_last_line_is_a_killed_writer_and_left_out(tmp_path: Path) -> None:
+    # aiperf appends whole batches; SIGKILL during a write leaves an unterminated last line
+    (tmp_path / "profile_export.jsonl").write_text('{"metadata": {}}\n{"metad')
+    result = build_result(point_from_row(POINT), tmp_path, run=META)
+    assert result.request_accounting is not None and result.request_accounting.records_total == 1

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from slurmx.backends import mooncake
 from slurmx.node.trace import working_set_tokens
 from slurmx.results import gate
 from slurmx.results.aggregate import RunMeta, build_result
@@ -85,6 +86,22 @@ def test_none_arm_recomputes_what_the_tier_served() -> None:
     # the same trace: the none arm computes the prefixes it evicted, the LMCache arm got them back
     assert n.computed_tokens is not None and n.computed_tokens > m.computed_tokens
     assert gate.check(none) is None
+
+
+def test_mooncake_tier_counters_are_declared_absent_with_a_reason_not_zero() -> None:
+    # Mooncake cannot run here: the engine's real artifacts of the LMCache run stand in for its engine side
+    arm_dir = DATA / "lmcache"
+    inputs = ArmInputs(logs={"engine": arm_dir / "engine.log"}, working_set_tokens=WORKING_SET)
+    point = point_from_row(_row("mooncake"))
+    result = build_result(point, arm_dir, run=META, engine_log=arm_dir / "engine.log", arm=inputs)
+    assert result.slurmx is not None and (ev := result.slurmx.evidence) is not None
+    assert ev.tier == {} and ev.tier_side_hit_tokens is None and ev.tier_side_hit_rate is None
+    assert ev.tier_absent_reason == mooncake.TIER_ABSENT
+    assert ev.tier_tokens is not None and ev.tier_tokens > 0  # the engine's side still counts
+    lmc = build("lmcache").slurmx
+    assert lmc is not None and lmc.evidence is not None and lmc.evidence.tier_absent_reason is None
+    none = build("none").slurmx
+    assert none is not None and none.evidence is not None and none.evidence.tier_absent_reason is None
 
 
 def test_lmcache_arm_without_its_connector_is_an_arm_mismatch() -> None:

@@ -22,6 +22,7 @@ from tests.slurm.conftest import slurm_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = Path(os.environ.get("SLURMX_STACK", "/opt/slurmx-stack"))
+MULTINODE_RECIPE = "jobs/tiny_fp32_local_vllm_multinode.yaml"
 
 
 def stack_ready() -> bool:
@@ -44,6 +45,18 @@ def real_stack() -> None:
         pytest.skip("; ".join(problems))
 
 
+@pytest.fixture(scope="session")
+def engine_python() -> Path:
+    """The CPU stack's engine interpreter, for tests of the real engine environment without Slurm;
+    required under CI like the rest of the stack."""
+    if not stack_ready():
+        problem = f"the CPU stack is not built in {STACK} (scripts/local-stack.sh)"
+        if os.environ.get("CI"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+    return STACK / "venvs/engine/bin/python"
+
+
 def job_processes(job_id: str) -> list[tuple[int, str]]:
     """Processes whose env carries this job's marker (SLURMX_JOB_MARKER=<job id>-...), found via /proc."""
     found = []
@@ -58,6 +71,18 @@ def job_processes(job_id: str) -> list[tuple[int, str]]:
         except OSError:
             continue
     return found
+
+
+def process_with_arg(job_id: str, arg: str) -> int | None:
+    """A process of the job with `arg` anywhere in its argv (job_processes shows only the first 120 chars)."""
+    for pid, _ in job_processes(job_id):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if arg.encode() in argv:
+            return pid
+    return None
 
 
 def process_with(job_id: str, fragment: str) -> int | None:
@@ -79,10 +104,11 @@ class StackEnv:
         self.jobs.mkdir()
         shutil.copy(ROOT / "configs/clusters.yaml", self.configs / "clusters.yaml")
         shutil.copy(ROOT / "jobs/tiny_fp32_local_vllm.yaml", self.jobs / "tiny_fp32_local_vllm.yaml")
+        shutil.copy(ROOT / MULTINODE_RECIPE, self.jobs / Path(MULTINODE_RECIPE).name)
 
-    def recipe(self, **changes: Any) -> None:
-        """Change the local recipe: keys are dotted paths, e.g. replay.sessions-per-conc=20."""
-        path = self.jobs / "tiny_fp32_local_vllm.yaml"
+    def recipe(self, file: str = "tiny_fp32_local_vllm.yaml", **changes: Any) -> None:
+        """Change a local recipe: keys are dotted paths, e.g. replay.sessions-per-conc=20."""
+        path = self.jobs / file
         data = yaml.safe_load(path.read_text())
         for dotted, value in changes.items():
             node = data
@@ -116,6 +142,25 @@ class StackEnv:
                 "framework": "vllm",
                 "multinode": False,
                 "scenarios": {"agentic-coding": [{"dram-utilization": 1.0, "search-space": entries}]},
+            }
+        }
+        (self.configs / f"{name}-master.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def multinode_key(self, name: str, concs: list[int], workers: int = 2) -> None:
+        """The local multinode key's shape (configs/local-multinode-master.yaml): one engine rank per node."""
+        worker = {"num-worker": workers, "tp": 1, "ep": 1, "dp-attn": False}
+        entry = {"kv-offloading": "none", "conc-list": concs, "prefill": worker, "decode": {**worker, "num-worker": 0}}
+        doc = {
+            name: {
+                "image": "local-venv",
+                "model": "local/tiny-llama",
+                "model-prefix": "tiny",
+                "runner": "cluster:local-multinode",
+                "precision": "fp32",
+                "framework": "vllm",
+                "multinode": True,
+                "disagg": False,
+                "scenarios": {"agentic-coding": [{"dram-utilization": 1.0, "search-space": [entry]}]},
             }
         }
         (self.configs / f"{name}-master.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))

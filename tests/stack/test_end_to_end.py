@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmx.node.numa import read_numa_nodes
 from slurmx.results import gate
 from slurmx.results.schema import Result
 from tests.stack.conftest import ROOT, STACK, StackEnv, job_processes
@@ -93,6 +94,10 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
                 assert (pdir / "logs" / f"provision-{step}.log").exists(), step
             lmcache_cmd = (pdir / "commands" / "lmcache.txt").read_text()
             assert "LD_PRELOAD=" in lmcache_cmd and "/torch/lib/libc10.so" in lmcache_cmd, lmcache_cmd
+            # the profile's NUMA policy (bind) placed the server with numactl on this host's NUMA nodes
+            nodes = ",".join(str(n) for n in sorted(read_numa_nodes()))
+            assert f"numactl --cpunodebind={nodes} --membind={nodes} " in lmcache_cmd, lmcache_cmd
+            assert "numactl" not in engine_cmd
             assert result.slurmx is not None and result.slurmx.backend_version == _imported_version("lmcache")
 
     # the lock says what ran: the versions pip reports in each environment
@@ -105,7 +110,8 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
         assert lock["versions"]["engine"] == engine_pip and lock["versions"]["aiperf"] == aiperf_pip
         assert {"engine", "replay"} <= set(lock["processes"]) and lock["node"] == point["node"]
         steps = {row["step"]: row["result"] for row in lock["provision"]}
-        assert "aiperf" in steps and any(s.startswith("download model") for s in steps)
+        assert (lock["numa"]["policy"], lock["numa"]["tool"]) == ("bind", "numactl")
+        assert "aiperf runs" in steps and any(s.startswith("download model") for s in steps)
         if point["backend"] == "lmcache":
             assert steps["version lmcache"] == json.dumps({"lmcache": _imported_version("lmcache")})
         result = Result.model_validate_json((pdir / "result.json").read_text())

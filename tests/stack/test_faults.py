@@ -3,6 +3,8 @@ and its logs are kept. Processes are found by the job's env marker, never by nam
 
 from __future__ import annotations
 
+import contextlib
+import json
 import signal
 import subprocess
 import time
@@ -11,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.stack.conftest import StackEnv, job_processes, kill, process_with
+from slurmx.results import gate
+from slurmx.results.schema import Result
+from tests.stack.conftest import ROOT, StackEnv, job_processes, kill, process_with
 
 pytestmark = pytest.mark.stack
 
@@ -54,15 +58,74 @@ def test_scancel_during_engine_startup(stack_env: StackEnv) -> None:
     assert (_logs(stack_env, point) / "lmcache.log").stat().st_size > 0
 
 
-def test_scancel_during_replay(stack_env: StackEnv) -> None:
-    _one_point(stack_env, "cancel-replay")
-    point = _stage(stack_env, "cancel-replay", "replay")
-    time.sleep(3)
-    assert stack_env.slurmx("cancel", point["point_id"], "--results", str(stack_env.results))[0] == 0
-    point = _ended(stack_env, "cancel-replay")
-    assert point["state"] == "cancelled"
-    _no_survivors(stack_env, point)
-    assert (_logs(stack_env, point) / "engine.log").exists() and (_logs(stack_env, point) / "replay.log").exists()
+def _completed_requests(export: Path) -> int:
+    """Error-free records aiperf has written so far (it appends to profile_export.jsonl as it goes)."""
+    try:
+        lines = export.read_text().splitlines()
+    except OSError:
+        return 0
+    done = 0
+    for line in lines:
+        with contextlib.suppress(json.JSONDecodeError):  # a batch being written
+            done += not json.loads(line).get("error")
+    return done
+
+
+WITHOUT_CONNECTOR = ROOT / "tests/data/launchers/vllm_without_connector.py"
+
+
+def _by_conc(env: StackEnv, key: str) -> dict[int, dict[str, Any]]:
+    return {p["conc"]: p for p in env.status(key)}
+
+
+def test_an_arm_without_its_connector_is_refused_and_a_cancelled_replay_keeps_its_part(stack_env: StackEnv) -> None:
+    """One engine start for two checks (CI time): an LMCache arm whose engine launcher drops the connector
+    (slurmx's argv record still shows it) on a shared server; its conc-2 point replays to the end and
+    is refused as "offload tier not engaged"; its conc-4 point is cancelled once aiperf has recorded a
+    completed request, and keeps that partial result."""
+    key = "cancel-replay"
+    launcher = ["{engine_python}", str(WITHOUT_CONNECTOR)]
+    stack_env.recipe(**{"engine.launcher": launcher, "replay.sessions-per-conc": 6})
+    stack_env.key(key, [("lmcache", [2, 4])])
+    stack_env.submit(key)
+    stack_env.wait_for(key, lambda s: {p["conc"]: p["stage"] for p in s}.get(4) in ("replay", "failed", "done"))
+    full, cut = _by_conc(stack_env, key)[2], _by_conc(stack_env, key)[4]
+    assert full["state"] == "failed" and (full["reason"] or "").startswith(f"invalid result: {gate.NOT_ENGAGED}")
+    refused = Result.model_validate_json(
+        next(stack_env.results.rglob(f"points/{full['point_id']}/result.json")).read_text()
+    )
+    assert refused.slurmx is not None and (refused.slurmx.invalid_reason or "").startswith(gate.NOT_ENGAGED)
+    evidence = refused.slurmx.evidence
+    assert evidence is not None and evidence.exceeded_pool and not evidence.tier_tokens
+    assert evidence.engine_connector == evidence.expected_connector  # the argv record could not tell
+    assert refused.num_requests_successful > 0  # a real replay, refused for its arm, not for errors
+
+    points = next(stack_env.results.rglob(f"points/{cut['point_id']}"))
+    # strike once aiperf has recorded a completed request, whatever the machine's speed
+    deadline = time.monotonic() + 300
+    while _completed_requests(points / "aiperf/profile_export.jsonl") < 1:
+        assert time.monotonic() < deadline, "aiperf recorded no completed request in 300 s"
+        assert _by_conc(stack_env, key)[4]["stage"] == "replay", "the replay ended before the cancel"
+        time.sleep(0.5)
+    recorded = _completed_requests(points / "aiperf/profile_export.jsonl")
+    assert stack_env.slurmx("cancel", cut["point_id"], "--results", str(stack_env.results))[0] == 0
+    point = stack_env.wait_for(
+        key,
+        lambda s: any(p["conc"] == 4 and p["stage"] == "cancelled" and p["state"] == "cancelled" for p in s),
+        timeout_s=180,
+    )[0]
+    _no_survivors(stack_env, point)  # the two points share one job
+    assert (points / "logs/engine.log").exists() and (points / "logs/replay.log").exists()
+    # the partial result keeps what aiperf measured, marked invalid with the reason
+    result = json.loads((points / "result.json").read_text())
+    assert result["slurmx"]["invalid_reason"] == "partial replay: interrupted by SIGTERM", result["slurmx"]
+    assert result["num_requests_successful"] >= recorded >= 1, (result["num_requests_successful"], recorded)
+    print(f"partial result: {result['num_requests_successful']} requests kept, {recorded} recorded at the cancel")
+    # aiperf got SIGINT (not the job-wide SIGTERM) and stopped gracefully within the grace that
+    # Slurm's KillWait leaves: its own aggregate says cancelled, and nothing had to be killed
+    teardown = json.loads((points / "teardown-replay.json").read_text())
+    assert teardown["terminated"] == ["replay"] and teardown["killed"] == [], teardown
+    assert json.loads((points / "aiperf/profile_export_aiperf.json").read_text())["was_cancelled"] is True
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR2])

@@ -1,5 +1,6 @@
 """Many readers (status and collect, as users run them) against a sweep whose files are being rewritten
-as fast as a job body can: every read parses, none sees a torn file. Bounded to a few seconds."""
+as fast as a job body can: every read parses, none sees a torn file. The race runs for as long as the
+users' commands take (each twice) and at least until the floors of reads and writes are met."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from slurmx.submit.resolved import resolve_points
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "tiny-fp32-local-vllm-agentic-lmcache"
-WRITE_S = 4.0
+BOUND_S = 60.0  # only a machine too loaded to race at all gets here
+ROUNDS = 1  # status and collect, each this many times (the floor the test had), while the writer writes
+MIN_WRITES, MIN_READS = 200, 1000
 
 WRITER = """
 import sys, time
@@ -28,17 +31,20 @@ from pathlib import Path
 from slurmx.store import atomic
 from slurmx.store.state import PointState, update_state
 from tests.helpers.synthetic import make_result
-points = [Path(p) for p in sys.argv[2:]]
-deadline = time.monotonic() + float(sys.argv[1])
+stop, enough, points = Path(sys.argv[1]), Path(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
 n = 0
 stages = ["preflight", "lmcache", "engine", "replay", "aggregate"]
-while time.monotonic() < deadline:
+while not stop.exists():
+    if n == len(points):
+        print("writing", flush=True)
     for p in points:
         stage = stages[n % len(stages)]
         update_state(p / "state.json", lambda s, stage=stage: (s or PointState(point_id=p.name)).advance(stage, "x" * (n % 500)))
         result = make_result(point_id=p.name, config_key="@KEY@", sweep_id=p.parent.parent.name, conc=2 + n % 7)
         atomic.write_json(p / "result.json", result.dump())
         n += 1
+    if n >= @MIN_WRITES@ and not enough.exists():
+        enough.touch()  # the readers' loop runs at least until the floor of writes is met
 print(n)
 """
 
@@ -53,20 +59,23 @@ def test_readers_never_see_a_torn_file_while_the_sweep_is_written(tmp_path: Path
         ledger.queue_point(sweep.point(item.point.point_id), item.record(sweep.sweep_id))
     points = [sweep.point(item.point.point_id).path for item in resolved]
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+    stop, enough = tmp_path / "stop", tmp_path / "enough-writes"
+    code = WRITER.replace("@KEY@", KEY).replace("@MIN_WRITES@", str(MIN_WRITES))
     writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER.replace("@KEY@", KEY), str(WRITE_S), *map(str, points)],
+        [sys.executable, "-c", code, str(stop), str(enough), *map(str, points)],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
     )
+    assert writer.stdout is not None and writer.stdout.readline() == "writing\n"  # the race is on
     reads = torn = 0
     failures: list[str] = []
     commands: list[str] = []
-    deadline = time.monotonic() + WRITE_S
+    deadline = time.monotonic() + BOUND_S
 
     def users() -> None:
-        """The commands users run, each from a fresh process, for as long as the writer writes."""
-        while time.monotonic() < deadline:
+        """The commands users run, each from a fresh process, while the writer writes."""
+        for _ in range(ROUNDS):
             for argv in (["status", "--json"], ["collect", "--json", "--no-plots", "--no-report"]):
                 proc = subprocess.run([sys.executable, "-m", "slurmx", *argv, "--results", str(tmp_path)],
                                       capture_output=True, text=True, env=env, check=False)  # fmt: skip
@@ -78,7 +87,7 @@ def test_readers_never_see_a_torn_file_while_the_sweep_is_written(tmp_path: Path
 
     thread = threading.Thread(target=users)
     thread.start()
-    while time.monotonic() < deadline:
+    while (thread.is_alive() or reads < MIN_READS or not enough.exists()) and time.monotonic() < deadline:
         # in process: every file of the sweep, parsed as the readers parse it
         for p in points:
             for name, parse in (
@@ -96,11 +105,12 @@ def test_readers_never_see_a_torn_file_while_the_sweep_is_written(tmp_path: Path
                     torn += 1
                     failures.append(f"{p / name}: {exc}"[:200])
     thread.join(120)
+    stop.touch()
     writes = int((writer.communicate(timeout=60)[0] or "0").strip())
     assert writer.returncode == 0
     print(f"{reads} reads and {len(commands)} commands against {writes} writes: {torn} torn")
     assert torn == 0 and not failures, failures[:5]
-    assert writes > 50 and reads > 200 and len(commands) >= 2  # the race really ran
+    assert writes >= MIN_WRITES and reads >= MIN_READS and len(commands) == 2 * ROUNDS  # the race really ran
     # the files are whole at the end too
     assert all(atomic.read_json(p / "result.json")["slurmx"]["point_id"] == p.name for p in points)
     assert update_state(points[0] / "state.json", lambda s: s or PointState(point_id="x")).stage in (

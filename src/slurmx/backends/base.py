@@ -77,6 +77,7 @@ class TierReading:
 
     counters: dict[str, float] = field(default_factory=dict)  # named figures: chunks stored, chunks read, ...
     hit_tokens: float | None = None  # tokens the tier says it served the engine (its side of the hit rate)
+    absent: str | None = None  # why the tier's side is missing (never a silent zero), None when it is there
 
 
 class Backend(Protocol[S]):
@@ -113,9 +114,9 @@ class Backend(Protocol[S]):
         """Modules the point's environment must import (provisioning checks them before any server)."""
         ...
 
-    def engine_checks(self, spec: S, runtime: Runtime) -> list[Process]:
-        """Commands that must exit 0 before the engine starts; slow ones, so they run (supervised) while
-        the backend's own servers start."""
+    def distribution_of(self, spec: S) -> str | None:
+        """The pip distribution this point's kv-offload-backend.version pins (`distribution` unless the arm
+        names another build)."""
         ...
 
     def metrics_urls(self, spec: S, ports: ServerPorts) -> list[str]:
@@ -161,8 +162,8 @@ class BaseBackend(Generic[S]):
     def import_checks(self, spec: S) -> list[str]:
         return []
 
-    def engine_checks(self, spec: S, runtime: Runtime) -> list[Process]:
-        return []
+    def distribution_of(self, spec: S) -> str | None:
+        return self.distribution
 
     def metrics_urls(self, spec: S, ports: ServerPorts) -> list[str]:
         return []

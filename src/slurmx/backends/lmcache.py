@@ -173,9 +173,6 @@ class LMCache(BaseBackend[LMCacheSpec]):
     def import_checks(self, spec: LMCacheSpec) -> list[str]:
         return [CONNECTOR_MODULE, *spec.import_check]
 
-    def engine_checks(self, spec: LMCacheSpec, runtime: Runtime) -> list[Process]:
-        return [check] if (check := connector_check(runtime)) else []
-
     def metrics_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
         return [loopback(ports["lmcache-http"], "/metrics")]
 
@@ -185,7 +182,9 @@ class LMCache(BaseBackend[LMCacheSpec]):
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
         counters = {field: deltas[name] for field, name in TIER_COUNTERS.items() if name in deltas}
         counters |= {field: gauges[name] for field, name in TIER_GAUGES.items() if name in gauges}
-        return TierReading(counters, counters.get("lookup_hit_tokens"))
+        hits = counters.get("lookup_hit_tokens")
+        absent = None if hits is not None else "no LMCache lookup counter in the replay's metrics export"
+        return TierReading(counters, hits, absent)
 
 
 def check_shm(spec: LMCacheSpec, shm: Path = Path("/dev/shm")) -> str | None:
@@ -195,15 +194,6 @@ def check_shm(spec: LMCacheSpec, shm: Path = Path("/dev/shm")) -> str | None:
     free = shutil.disk_usage(shm).free
     need = spec.host_memory_bytes()
     return f"/dev/shm has {free / GB:.1f} GB free, the L1 pool needs {need / GB:.0f} GB" if free < need else None
-
-
-def connector_check(runtime: Runtime) -> Process | None:
-    """The engine environment must import the connector's module, or vLLM dies at start-up (seconds
-    of imports: it runs while the LMCache server starts)."""
-    if not runtime.tools_on_host:
-        return None  # inside a container image: checked when the container starts
-    argv = [runtime.engine_python, "-c", f"import {CONNECTOR_MODULE}"]
-    return Process("connector-import", argv, dict(COMMON_ENV), None, 180.0)
 
 
 BACKEND = LMCache()

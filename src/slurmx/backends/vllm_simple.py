@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurmx.backends.base import Arm, BackendSpec, BaseBackend, TierReading, backend_version
-from slurmx.plan import Point
+from slurmx.plan import Point, server_gpus
 from slurmx.process import ServerPorts
 
 
@@ -20,7 +20,11 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
     connector = "SimpleCPUOffloadConnector"
 
     def spec(self, arm: Arm, point: Point) -> VllmSimpleSpec:
-        per_rank = int(point.total_cpu_dram_gb * 1e9 / point.gpus)
+        # the budget is one server's (a multinode point's: one prefill worker's, plan's multinode rule),
+        # shared by that server's GPU ranks
+        worker = point.prefill if point.multinode else None
+        gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size) if worker is not None else point.gpus
+        per_rank = int(point.total_cpu_dram_gb * 1e9 / gpus)
         return VllmSimpleSpec(name=self.name, version=backend_version(point), cpu_bytes_per_rank=per_rank)
 
     def connector_config(self, spec: VllmSimpleSpec, ports: ServerPorts) -> dict[str, Any] | None:
@@ -36,7 +40,12 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
             "bytes_cpu_to_gpu": "vllm:kv_offload_bytes_cpu_to_gpu",
             "bytes_gpu_to_cpu": "vllm:kv_offload_bytes_gpu_to_cpu",
         }
-        return TierReading({field: deltas[name] for field, name in names.items() if name in deltas})
+        counters = {field: deltas[name] for field, name in names.items() if name in deltas}
+        if not counters:
+            return TierReading(absent="no vLLM CPU offload counter (vllm:kv_offload_bytes_*) in the replay's metrics")
+        return TierReading(
+            counters, absent="vLLM's CPU offload counters count bytes, not tokens: no tier-side hit figure"
+        )
 
 
 BACKEND = VllmSimple()

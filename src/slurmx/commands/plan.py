@@ -11,7 +11,8 @@ from slurmx.commands.common import add_config_options, load_points
 from slurmx.inputs import Inputs
 from slurmx.plan import Point
 from slurmx.recipes.resolve import find_recipe, missing_implementation, near_recipe, resolve
-from slurmx.slurm.request import slurm_request
+from slurmx.recipes.spec import ServingSpec
+from slurmx.submit.resolved import point_request
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,47 +24,51 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def point_json(point: Point, loaded: Inputs) -> dict[str, Any]:
+def point_json(point: Point, loaded: Inputs, serving: ServingSpec | None = None) -> dict[str, Any]:
     obj = point.row()
     obj["point-id"] = point.point_id
     obj["config-key"] = point.config_key
-    request = _request_summary(point, loaded)
+    request = _request_summary(point, loaded, serving)
     if request:
         obj["slurm-request"] = request
     return obj
 
 
-def _request_summary(point: Point, loaded: Inputs) -> str | None:
+def _request_summary(point: Point, loaded: Inputs, serving: ServingSpec | None) -> str | None:
+    """The request submit would make (memory from the resolved serving spec's pool, where there is one)."""
     profile = loaded.clusters.profiles.get(point.runner)
-    if point.multinode or profile is None or profile.slurm is None:
+    if profile is None or profile.slurm is None:
         return None
-    return slurm_request(profile.slurm, point.gpus).summary()
+    return point_request(point, profile, serving).summary()
 
 
-def check_recipes(loaded: Inputs) -> dict[str, str]:
+def check_recipes(loaded: Inputs) -> tuple[dict[str, str], dict[str, ServingSpec]]:
     """Resolve every point that has a serving recipe, so a bad recipe fails at plan time."""
     names: dict[str, str] = {}
+    specs: dict[str, ServingSpec] = {}
     for p in loaded.points:
         # A point slurmx cannot serve plans all the same; submit and render say what is missing.
         if p.multinode or p.scenario != "agentic-coding" or missing_implementation(p) is not None:
             continue
         name = loaded.recipe_name(p)
         if name:
-            resolve(p, loaded.recipes())
+            specs[p.point_id] = resolve(p, loaded.recipes())
             names[p.point_id] = name
         elif near_recipe(p, loaded.recipes()) is not None:
             find_recipe(p, loaded.recipes())  # refused: a near match never serves a point
-    return names
+    return names, specs
 
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_points(args, args.keys, args.all)
-    recipes = check_recipes(loaded)
+    recipes, specs = check_recipes(loaded)
     if args.json:
-        rows = [point_json(p, loaded) | {"recipe": recipes.get(p.point_id)} for p in loaded.points]
+        rows = [
+            point_json(p, loaded, specs.get(p.point_id)) | {"recipe": recipes.get(p.point_id)} for p in loaded.points
+        ]
         sys.stdout.write(json_rows(rows))
     else:
-        _print_tables(loaded, recipes)
+        _print_tables(loaded, recipes, specs)
     # plan --all: the good keys are planned above; each bad key is one line here, and the exit says so.
     for error in loaded.errors:
         print(f"slurmx: error: {error}", file=sys.stderr)
@@ -78,7 +83,7 @@ def json_rows(rows: list[dict[str, Any]]) -> str:
     return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]\n"
 
 
-def _print_tables(loaded: Inputs, recipes: dict[str, str]) -> None:
+def _print_tables(loaded: Inputs, recipes: dict[str, str], specs: dict[str, ServingSpec]) -> None:
     from rich.console import Console  # only the table needs rich: --json does not pay for importing it
     from rich.table import Table
 
@@ -99,6 +104,6 @@ def _print_tables(loaded: Inputs, recipes: dict[str, str]) -> None:
                 conc,
                 str(p.total_cpu_dram_gb),
                 recipes.get(p.point_id, "-"),
-                _request_summary(p, loaded) or "-",
+                _request_summary(p, loaded, specs.get(p.point_id)) or "-",
             )
         console.print(table)

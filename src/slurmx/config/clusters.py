@@ -25,13 +25,21 @@ class SlurmProfile(_Model):
     qos: str | None = None
     gres_type: str | None = None  # None: plain gpu:<n>
     features: list[str] = Field(default_factory=list)
-    mem: str = "0"  # sbatch --mem; "0" asks for all of the node's memory
+    # sbatch --mem of a point that pins no host pool; a point's backend pool plus preflight's margin is
+    # added to it (slurmx.slurm.request.point_mem). "0" asks for all of a node's memory, pool or not.
+    mem: str = Field(default="0", pattern=r"^\d+[KMGTkmgt]?[Bb]?$")
     exclusive: bool = True
     time_limit_min: PositiveInt = 480
     array_parallelism: PositiveInt = 64
     share_server: bool = False  # one job runs all concurrencies of a serving config on one server
     signal_delay_s: PositiveInt = 120  # SIGUSR2 this long before the time limit, so teardown runs
+    # the cluster's KillWait (Slurm's default 30): scancel's SIGTERM, then SIGKILL this much later;
+    # the body fits the replay's graceful stop and the partial result into it
+    kill_wait_s: PositiveInt = 30
     cpus_per_task: PositiveInt | None = None
+    # The NUMA requirement of the node: at least this many sockets (sbatch --sockets-per-node), checked
+    # against the partition's nodes at submit.
+    sockets_per_node: PositiveInt | None = None
     # A point that failed for a node's reason on this many nodes is not resubmitted by --only-failed.
     max_node_failures: PositiveInt = 3
     # A job Slurm requeued more often than this (node failures, preemption) stops instead of running again.
@@ -56,6 +64,9 @@ class RuntimeProfile(_Model):
     command: list[str] | None = None  # command: run this argv as the point's work (cluster smoke tests)
     engine_python: str | None = None  # venv: the Python of the vLLM (+ lmcache) environment
     aiperf_bin: str | None = None  # venv: the aiperf executable
+    # pyxis: what pip installs as the replay's aiperf, in its own venv in the job's container (a checkout of
+    # InferenceX's aiperf fork on the cluster's filesystem, or a pinned release); None: the image's aiperf
+    aiperf_source: str | None = None
     container_mounts: list[str] = Field(default_factory=list)  # pyxis: src:dst pairs
     squash_dir: str | None = None  # pyxis: where imported images live
     model_root: str | None = None  # directory holding model weights, by model name

@@ -22,6 +22,10 @@ class Engine(Protocol):
         flags: list[str], connector: dict[str, Any] | None,
     ) -> list[str]: ...  # fmt: skip
 
+    def node_flags(self, node_index: int, ranks_per_node: int, head_address: str, rpc_port: int) -> list[str]:
+        """Node `node_index`'s part of a multinode engine (0 is the head, which serves the API)."""
+        ...
+
     def cache_reset_path(self) -> str | None:
         """POST path that empties the engine's prefix cache (and the external tier's view of it)."""
         ...

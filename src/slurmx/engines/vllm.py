@@ -13,25 +13,26 @@ class VLLM:
     computed_flags = frozenset({
         "--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel", "--pipeline-parallel-size",
         "--decode-context-parallel-size", "--max-num-seqs", "--kv-transfer-config", "--host", "--port",
-        "--served-model-name", "--model",
+        "--served-model-name", "--model", "--data-parallel-size-local", "--data-parallel-address",
+        "--data-parallel-rpc-port", "--data-parallel-start-rank", "--headless",
     })  # fmt: skip
     metrics_path = "/metrics"
     # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
     spec_methods = frozenset({"none", "mtp"})
 
     def parallel_flags(self, point: Point) -> list[str]:
-        """DEP runs data-parallel attention with expert parallelism."""
-        if point.dp_attn:
-            flags = ["--tensor-parallel-size", "1", "--data-parallel-size", str(point.tp), "--enable-expert-parallel"]
-        else:
-            flags = ["--tensor-parallel-size", str(point.tp)]
-            if point.ep > 1:
+        """DEP runs data-parallel attention with expert parallelism. An aggregated multinode point runs its
+        workers as the data-parallel ranks of one engine (per-node flags: node_flags)."""
+        if point.multinode:
+            assert point.prefill is not None
+            worker = point.prefill
+            flags = ["--tensor-parallel-size", str(worker.tp), "--data-parallel-size", str(worker.num_worker)]
+            if worker.ep > 1:
                 flags.append("--enable-expert-parallel")
-        if point.pp > 1:
-            flags += ["--pipeline-parallel-size", str(point.pp)]
-        if point.dcp_size > 1:
-            flags += ["--decode-context-parallel-size", str(point.dcp_size)]
-        return flags
+            if worker.pp > 1:
+                flags += ["--pipeline-parallel-size", str(worker.pp)]
+            return flags
+        return server_parallel_flags(point.tp, point.ep, point.dp_attn, point.pp, point.dcp_size)
 
     def argv(
         self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
@@ -43,9 +44,37 @@ class VLLM:
             argv += ["--kv-transfer-config", json.dumps(connector, separators=(",", ":"))]
         return argv
 
+    def node_flags(self, node_index: int, ranks_per_node: int, head_address: str, rpc_port: int) -> list[str]:
+        """One node's part of a multinode engine: the head serves the API; the others run headless ranks
+        that register with it over the data-parallel RPC port."""
+        flags = [
+            "--data-parallel-size-local", str(ranks_per_node),
+            "--data-parallel-address", head_address,
+            "--data-parallel-rpc-port", str(rpc_port),
+        ]  # fmt: skip
+        if node_index:
+            flags += ["--headless", "--data-parallel-start-rank", str(node_index * ranks_per_node)]
+        return flags
+
     def cache_reset_path(self) -> str | None:
         # needs VLLM_SERVER_DEV_MODE=1; reset_external also clears the connector's view
         return "/reset_prefix_cache?reset_external=true"
 
 
 ENGINE = VLLM()
+
+
+def server_parallel_flags(tp: int, ep: int, dp_attn: bool, pp: int = 1, dcp_size: int = 1) -> list[str]:
+    """vLLM's parallel flags of one server (a single-node point, or one disaggregated worker): DEP runs
+    data-parallel attention with expert parallelism, otherwise tensor parallelism (experts when ep > 1)."""
+    if dp_attn:
+        flags = ["--tensor-parallel-size", "1", "--data-parallel-size", str(tp), "--enable-expert-parallel"]
+    else:
+        flags = ["--tensor-parallel-size", str(tp)]
+        if ep > 1:
+            flags.append("--enable-expert-parallel")
+    if pp > 1:
+        flags += ["--pipeline-parallel-size", str(pp)]
+    if dcp_size > 1:
+        flags += ["--decode-context-parallel-size", str(dcp_size)]
+    return flags

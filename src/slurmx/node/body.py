@@ -11,9 +11,11 @@ import time
 
 from slurmx.node import procscan
 from slurmx.node.command_body import run_command_point
+from slurmx.node.multinode import Rendezvous, this_task
 from slurmx.node.recorder import StageRecorder, job_marker, restart_count, slurm_job_id
 from slurmx.node.serving_body import Member, run_group
 from slurmx.node.supervisor import JobInterrupted, Supervisor
+from slurmx.node.worker_body import run_worker
 from slurmx.runtimes import runtime_for
 from slurmx.store.ledger import read_point
 from slurmx.store.tree import SweepDir
@@ -35,6 +37,14 @@ def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
         members.append(member)
     if not members:
         return outcomes
+    spec = members[0].record.serving
+    rendezvous = None
+    if spec is not None and spec.nodes > 1:
+        task = this_task()
+        # the attempt too: a requeued job keeps its id, and the earlier attempt's files must not count
+        rendezvous = Rendezvous(members[0].point.path, f"{slurm_job_id() or 'local'}.{restart_count()}")
+        if task.index:  # not the head: this node's ranks until the head ends; state.json is the head's
+            return {**outcomes, **run_worker(members, task, rendezvous)}
     if restart_count():
         _end_earlier_run(members[0].recorder)
         slurm = members[0].record.cluster_profile.slurm
@@ -44,6 +54,8 @@ def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
                 member.recorder.started()
                 member.recorder.stage("failed", why)
                 outcomes[member.point.member_id] = why
+            if rendezvous is not None:
+                rendezvous.end(why)
             return outcomes
     members[0].recorder.started()
     first = members[0].record
@@ -51,7 +63,7 @@ def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
     try:
         with Supervisor(members[0].point.path, job_marker(), grace_s=TEARDOWN_GRACE_S) as supervisor:
             if runtime.serves:
-                run_group(members, supervisor, outcomes)
+                run_group(members, supervisor, outcomes, rendezvous)
             else:
                 for index, member in enumerate(members):
                     if index:
@@ -61,9 +73,9 @@ def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
         name = signal.Signals(exc.signum).name
         why = "time limit near (SIGUSR2)" if exc.signum == signal.SIGUSR2 else f"interrupted by {name}"
         for member in members:
-            if not member.recorder.ended:
+            if not member.recorder.ended:  # the member whose replay it cut short recorded it already
                 member.recorder.ended_by(name, why)
-                outcomes[member.point.member_id] = why
+            outcomes.setdefault(member.point.member_id, why)
         if exc.signum == signal.SIGUSR2:
             _await_time_limit()
     except Exception as exc:  # a bug, not a point's failure: record it, then let the job fail
@@ -71,6 +83,9 @@ def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
             if not member.recorder.ended:
                 member.recorder.stage("failed", f"{exc.__class__.__name__}: {exc}".splitlines()[0])
         raise
+    finally:
+        if rendezvous is not None:  # every ending: the other nodes tear down their ranks too
+            rendezvous.end(next((why for why in outcomes.values() if why != "done"), None))
     return outcomes
 
 

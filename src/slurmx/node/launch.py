@@ -6,6 +6,7 @@ point has one; the replay last. Backends, engines and runtimes come from their r
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +21,15 @@ ROUTER = "router"
 ENGINE = "engine"
 
 
+@dataclass(frozen=True)
+class NodePart:
+    """This node's part of a multinode engine: its index (0: the head) and where the head listens."""
+
+    index: int
+    head_address: str
+    rpc_port: int
+
+
 @dataclass
 class LaunchPlan:
     servers: list[Process] = field(default_factory=list)  # in start order: backend servers, engine, router
@@ -28,6 +38,15 @@ class LaunchPlan:
     @property
     def engine(self) -> Process:
         return next(p for p in self.servers if p.name == ENGINE)
+
+
+def placed(process: Process, runtime: Runtime, prefix: list[str]) -> Process:
+    """A backend server with its NUMA placement (numactl ...) before its own argv, where the runtime
+    starts it (inside the container, for a container runtime). The engine and the router are left alone:
+    vLLM places its own workers (--numa-bind)."""
+    if not prefix or process.name in (ENGINE, ROUTER):
+        return process
+    return replace(process, argv=runtime.place(process.argv, process.name, prefix))
 
 
 def ports_needed(spec: ServingSpec) -> int:
@@ -55,16 +74,21 @@ def engine_direct_url(spec: ServingSpec, ports: ServerPorts) -> str:
 
 
 def launch_plan(
-    spec: ServingSpec, ports: ServerPorts, runtime: Runtime, provisioned: Mapping[str, Mapping[str, str]] | None = None
+    spec: ServingSpec,
+    ports: ServerPorts,
+    runtime: Runtime,
+    provisioned: Mapping[str, Mapping[str, str]] | None = None,
+    part: NodePart | None = None,
 ) -> LaunchPlan:
-    """`provisioned`: env the provisioning step computed on the node, per process name (torch's libraries)."""
-    plan = _launch_plan(spec, ports, runtime)
+    """`provisioned`: env the provisioning step computed on the node, per process name (torch's libraries).
+    `part`: this node's part of a multinode engine; a node other than the head serves no API and no router."""
+    plan = _launch_plan(spec, ports, runtime, part)
     extra = provisioned or {}
     plan.servers = [replace(p, env={**p.env, **extra[p.name]}) if p.name in extra else p for p in plan.servers]
     return plan
 
 
-def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> LaunchPlan:
+def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime, part: NodePart | None) -> LaunchPlan:
     backend = backends.get(spec.backend.name)
     engine = engines.get(spec.engine)
     plan = LaunchPlan(engine_url=loopback(ports.engine))
@@ -76,12 +100,15 @@ def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime) -> Lau
         runtime.head(spec.launcher), runtime.model_path(spec.model), spec.model_flag, spec.served_model_name,
         engine_port(spec, ports), flags, backend.connector_config(spec.backend, ports),
     )  # fmt: skip
+    if part is not None:
+        argv += engine.node_flags(part.index, spec.ranks_per_node, part.head_address, part.rpc_port)
     engine_env = {**COMMON_ENV, **spec.env}
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home
-    health = loopback(engine_port(spec, ports), spec.health_path)
+    # a headless rank answers no HTTP: the head's health covers it once it has registered
+    health = loopback(engine_port(spec, ports), spec.health_path) if part is None or part.index == 0 else None
     plan.servers.append(Process(ENGINE, runtime.wrap(argv, ENGINE), engine_env, health, spec.startup_timeout_s))
-    if spec.router is not None:
+    if spec.router is not None and (part is None or part.index == 0):
         router = spec.router
         argv = [*router.launcher, "--host", "127.0.0.1", "--port", str(ports.engine),
                 "--worker-urls", loopback(ports.engine_behind_router), *router.flags]  # fmt: skip
@@ -112,4 +139,7 @@ def replay_process(
         argv = synthetic_argv(runtime.aiperf_bin, spec, url, artifact_dir, trace, turns, tokenizer, extra)
         if runtime.hf_home:
             env |= {"HF_HOME": runtime.hf_home, "HF_HUB_OFFLINE": "1"}
-    return Process("replay", runtime.wrap(argv, "replay"), env)
+    # aiperf (0.13) stops gracefully on SIGINT: it cancels what is in flight, flushes its per-request
+    # JSONL and writes its aggregates. SIGTERM kills its controller at once (it has no handler for it).
+    stop = signal.SIGINT if runtime.passes_sigint else signal.SIGTERM
+    return Process("replay", runtime.wrap(argv, "replay"), env, stop_signal=stop)

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # only stdlib at run time: the launcher starts before every backend server
     from slurmx.config.clusters import NumaPolicy
 
-__all__ = ["Topology", "parse_topo_matrix", "placement", "placement_prefix"]
+__all__ = ["REVIEW_NODES", "Topology", "parse_topo_matrix", "placement", "placement_prefix", "review_prefix"]
+# What `render` shows for the NUMA nodes of the point's GPUs: they are read on the node at run time.
+REVIEW_NODES = "{gpu_numa_nodes}"
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -109,23 +111,37 @@ def placement_prefix(
     nodes = topology.nodes_of(gpu_indices)
     if not nodes:
         return []
-    node_list = ",".join(str(n) for n in nodes)
     if numactl:
-        memory = f"--membind={node_list}" if policy == "bind" else f"--interleave={node_list}"
-        return [numactl, f"--cpunodebind={node_list}", memory]
+        return numactl_argv(policy, numactl, ",".join(str(n) for n in nodes))
     cpus = cpus_of(nodes, topology)
     return [sys.executable, "-m", "slurmx.node.numa", "--cpus", cpus, "--"] if cpus else []
 
 
-def placement(policy: NumaPolicy, env: dict[str, str]) -> tuple[list[str], dict[str, Any]]:
-    """(argv prefix, what the lock records: policy, tool, the topology seen and the nodes chosen)."""
+def numactl_argv(policy: NumaPolicy, numactl: str, node_list: str) -> list[str]:
+    memory = f"--membind={node_list}" if policy == "bind" else f"--interleave={node_list}"
+    return [numactl, f"--cpunodebind={node_list}", memory]
+
+
+def review_prefix(policy: NumaPolicy) -> list[str]:
+    """The placement as `render` shows it: numactl, with the GPUs' NUMA nodes still to be read on the node."""
+    return [] if policy == "none" else numactl_argv(policy, "numactl", REVIEW_NODES)
+
+
+def placement(
+    policy: NumaPolicy, env: dict[str, str], *, in_container: bool = False
+) -> tuple[list[str], dict[str, Any]]:
+    """(argv prefix, what the lock records: policy, tool, the topology seen and the nodes chosen).
+
+    In a container the prefix runs inside it, so it names the image's numactl (vLLM's --numa-bind
+    needs one there too); the topology is the node's (same kernel, same /sys)."""
     topology = read_topology(env)
     gpus = point_gpus(env, topology)
-    numactl = shutil.which("numactl", path=env.get("PATH"))
+    numactl = "numactl" if in_container else shutil.which("numactl", path=env.get("PATH"))
     prefix = placement_prefix(policy, topology, gpus, numactl)
+    tool = "numactl" if numactl else "cpu-affinity (numactl not found)"
     record = {
         "policy": policy,
-        "tool": "numactl" if numactl else "cpu-affinity (numactl not found)",
+        "tool": f"{tool} (inside the container)" if in_container else tool,
         "gpus": gpus,
         "nodes": topology.nodes_of(gpus) if policy != "none" else [],
         "prefix": prefix,

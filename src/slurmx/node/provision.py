@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from slurmx import backends
@@ -111,8 +112,9 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
     py = runtime.engine_python
     steps: list[Step] = []
     pins: list[tuple[str, str, tuple[str, ...]]] = []
-    if backend.distribution and spec.backend.version:
-        pins.append((backend.distribution, spec.backend.version, PIP_FLAGS))
+    distribution = backend.distribution_of(spec.backend)
+    if distribution and spec.backend.version:
+        pins.append((distribution, spec.backend.version, PIP_FLAGS))
     if spec.router is not None and spec.router.version:
         pins.append((spec.router.name, spec.router.version, ROUTER_PIP_FLAGS))
     for dist, version, flags in pins:
@@ -130,7 +132,12 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
     if backend.preloads_torch:
         argv = [py, "-c", _TORCH_LIBS, ",".join(TORCH_LIBS), ",".join(TORCH_CUDA_LIBS)]
         steps.append(_step(runtime, "torch libraries", REVIEW_TORCH_LIB, argv))
-    steps.append(_step(runtime, "aiperf", f"{runtime.aiperf_bin} runs", [runtime.aiperf_bin, "--version"]))
+    if runtime.installs and runtime.aiperf_source:
+        venv = str(Path(runtime.aiperf_python).parent.parent)
+        steps.append(_step(runtime, "aiperf venv", venv, [py, "-m", "venv", "--clear", venv]))
+        argv = [runtime.aiperf_python, "-m", "pip", "install", runtime.aiperf_source]
+        steps.append(_step(runtime, "aiperf", f"isolated venv from {runtime.aiperf_source}", argv, INSTALL_TIMEOUT_S))
+    steps.append(_step(runtime, "aiperf runs", runtime.aiperf_bin, [runtime.aiperf_bin, "--version"]))
     may = "1" if runtime.downloads else "0"
     fetch_timeout = DOWNLOAD_TIMEOUT_S if runtime.downloads else CHECK_TIMEOUT_S
     models = [spec.model, *([spec.draft_model] if spec.draft_model else [])]

@@ -34,7 +34,16 @@ def restart_count() -> int:
 
 
 # What a point's directory holds of one attempt; a requeue moves it under attempts/<n>/ first.
-ATTEMPT_FILES = ("logs", "commands", "aiperf", "trace.jsonl", "teardown.json", "result.json")
+ATTEMPT_FILES = (
+    "logs",
+    "commands",
+    "aiperf",
+    "trace.jsonl",
+    "teardown.json",
+    "teardown-replay.json",
+    "lock.json",
+    "result.json",
+)
 
 
 class StageRecorder:

@@ -7,7 +7,6 @@ once; caches are reset between points so each concurrency starts cold.
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -23,13 +22,16 @@ from slurmx.node.launch import (
     ENGINE,
     ROUTER,
     LaunchPlan,
+    NodePart,
     choose_ports,
     engine_direct_url,
     launch_plan,
+    placed,
     ports_needed,
     replay_process,
 )
-from slurmx.node.ports import free_ports
+from slurmx.node.multinode import Rendezvous, node_address, this_task
+from slurmx.node.ports import free_port, free_ports
 from slurmx.node.preflight import preflight
 from slurmx.node.recorder import PointFailed, StageRecorder
 from slurmx.node.supervisor import JobInterrupted, Managed, Supervisor, SupervisorError
@@ -45,8 +47,15 @@ from slurmx.store.ledger import PointRecord
 from slurmx.store.tree import PointDir
 
 REPLAY_GRACE_S = 900  # on top of the replay's own duration, for aiperf's start-up and drain
-REPLAY_TEARDOWN_GRACE_S = 10.0  # aiperf writes what it has on SIGTERM: give it the time (below Slurm's KillWait)
+# A replay ended early (cancel, time limit, a server's crash) gets its stop signal (aiperf: SIGINT, on
+# which it cancels what is in flight, flushes its records and writes its aggregates) and this long to
+# exit before SIGKILL; whatever it wrote becomes the partial result. After scancel's SIGTERM, Slurm
+# SIGKILLs the whole job KillWait seconds later, so on a signal the wait is also bounded by the
+# profile's kill-wait-s less what the body needs afterwards (the partial result, the point's state).
+REPLAY_STOP_GRACE_S = 20.0
+RESULT_RESERVE_S = 2.0
 READY_POLL_S = 1.0  # between health probes of a starting server
+PEER_REPORT_WAIT_S = 5.0  # when the head's engine dies, how long a failing node gets to say why (the cause)
 
 
 @dataclass
@@ -71,13 +80,27 @@ class Servers:
     spec: ServingSpec
     lock: dict[str, Any] = field(default_factory=dict)  # lock.json's part shared by the group's points
     telemetry_dir: Path | None = None  # the GPU sampler's files, for the whole group
+    peers: Rendezvous | None = None  # a multinode point's other nodes
 
     @property
     def engine_direct_url(self) -> str:
         return engine_direct_url(self.spec, self.ports)
 
 
-def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Servers:
+@dataclass
+class Prepared:
+    """A node made ready for its servers: provisioned, its ports chosen, what it starts and where (NUMA)."""
+
+    provisioned: provision.Provisioned
+    ports: ServerPorts
+    plan: LaunchPlan
+    numa_prefix: list[str]
+    numa_record: dict[str, Any]
+
+
+def prepare_node(first: Member, runtime: Runtime, supervisor: Supervisor, part: NodePart | None) -> Prepared:
+    """Preflight, provisioning, ports, the launch plan and the NUMA placement of this node's servers: the same
+    steps on the head and on every other node of a multinode point."""
     spec = first.spec
     node_profile = first.record.cluster_profile.node
     problems = preflight(spec, runtime, dict(os.environ), remove_shm=bool(node_profile and node_profile.clean_shm))
@@ -85,36 +108,54 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor) -> Se
         raise PointFailed("preflight: " + "; ".join(problems))
     provisioned = provision.run(spec, runtime, supervisor)
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
-    plan = launch_plan(spec, ports, runtime, provisioned.env)
+    plan = launch_plan(spec, ports, runtime, provisioned.env, part)
+    numa_prefix, numa_record = numa.placement(
+        node_profile.numa_policy if node_profile else "none", dict(os.environ), in_container=not runtime.tools_on_host
+    )
+    return Prepared(provisioned, ports, plan, numa_prefix, numa_record)
+
+
+def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers: Rendezvous | None = None) -> Servers:
+    """`peers`: a multinode point's other nodes; this node is the head and tells them where it listens."""
+    spec = first.spec
+    part = None
+    if peers is not None:
+        task = this_task()
+        part = NodePart(0, node_address(task.name), free_port())
+        peers.publish_head(task.name, part.head_address, part.rpc_port, task.count)
+    prepared = prepare_node(first, runtime, supervisor, part)
+    provisioned, ports, plan = prepared.provisioned, prepared.ports, prepared.plan
+    numa_prefix, numa_record = prepared.numa_prefix, prepared.numa_record
     base_env = dict(os.environ)
     telemetry_dir = first.point.path / "telemetry"  # sampled for the whole group; torn down with the rest
     supervisor.start("telemetry", telemetry.telemetry_argv(sys.executable, telemetry_dir), {}, base_env=base_env)
-    checks = [
-        (check, supervisor.start(check.name, check.argv, check.env, base_env=base_env))
-        for check in backends.get(spec.backend.name).engine_checks(spec.backend, runtime)
-    ]
-    numa_prefix, numa_record = numa.placement(node_profile.numa_policy if node_profile else "none", base_env)
-    if numa_prefix and not runtime.tools_on_host:
-        numa_prefix, numa_record["applied"] = [], "no: the servers start inside a container"
     started = []
     for process in plan.servers:
-        if process.name == ENGINE:
-            _await_checks(checks, supervisor)
         first.recorder.stage("engine" if process.name in (ENGINE, ROUTER) else "lmcache")
-        argv = process.argv if process.name in (ENGINE, ROUTER) else [*numa_prefix, *process.argv]
+        argv = placed(process, runtime, numa_prefix).argv
         managed = supervisor.start(process.name, argv, process.env, base_env=base_env)
         started.append(managed)
         if process.health_url:
             try:
                 supervisor.wait_ready(
-                    managed, process.health_url, timeout_s=process.ready_timeout_s, interval_s=READY_POLL_S
+                    managed,
+                    process.health_url,
+                    timeout_s=process.ready_timeout_s,
+                    interval_s=READY_POLL_S,
+                    abort=peers.failed_peer if peers is not None else None,
                 )
             except SupervisorError as exc:
+                if peers is not None and (failed := peers.failed_peer()) is not None:
+                    raise PointFailed(failed) from exc
                 raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
         if fatal := log_failures(spec.backend.name, {process.name: managed.log_path}, fatal_only=True):
             raise PointFailed(fatal[0])
+    if peers is not None:  # the head answers once every rank registered; each node also says it runs
+        others = this_task().count - 1
+        if (why := peers.await_peers(others, "running", spec.startup_timeout_s)) is not None:
+            raise PointFailed(f"multinode deployment not ready: {why}")
     lock = {**what_ran(first, runtime, supervisor), "numa": numa_record, "provision": provisioned.record}
-    return Servers(plan, ports, started, spec, lock, telemetry_dir)
+    return Servers(plan, ports, started, spec, lock, telemetry_dir, peers)
 
 
 def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[str, Any]:
@@ -122,23 +163,11 @@ def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[st
     engine = run_lock.probe_versions(
         supervisor, runtime, "versions-engine", runtime.engine_python, run_lock.ENGINE_DISTRIBUTIONS
     )
-    aiperf_python = run_lock.interpreter_of(runtime.aiperf_bin) if runtime.tools_on_host else "python3"
+    aiperf_python = run_lock.interpreter_of(runtime.aiperf_bin) if runtime.tools_on_host else runtime.aiperf_python
     aiperf = run_lock.probe_versions(
         supervisor, runtime, "versions-aiperf", aiperf_python, run_lock.AIPERF_DISTRIBUTIONS
     )
     return run_lock.node_lock(first.record.point.image, runtime, engine, aiperf, run_lock.gpu_models(supervisor))
-
-
-def _await_checks(checks: list[tuple[Process, Managed]], supervisor: Supervisor) -> None:
-    """Each engine check must have exited 0 (they started with the backend's servers)."""
-    for check, managed in checks:
-        try:
-            code = supervisor.wait(managed, timeout_s=check.ready_timeout_s)
-        except subprocess.TimeoutExpired:
-            raise PointFailed(f"preflight: {check.name} took over {check.ready_timeout_s:.0f} s") from None
-        if code != 0:
-            last = (managed.log_tail(3).strip().splitlines() or [f"exit {code}"])[-1]
-            raise PointFailed(f"preflight: {check.name} ({shlex.join(check.argv)}) failed: {last}")
 
 
 def _link_server_logs(owner: PointDir, member: PointDir) -> None:
@@ -165,11 +194,33 @@ def reset_caches(servers: Servers) -> None:
 
 
 def check_servers(servers: Servers, supervisor: Supervisor, context: str) -> None:
+    """Every server still up, on this node and (multinode) on the others; else the point fails with the cause."""
+    if servers.peers is not None and (failed := servers.peers.failed_peer()) is not None:
+        raise PointFailed(f"{failed} {context}")
     for managed in servers.processes:
         code = supervisor.poll(managed)
         if code is not None:
+            if servers.peers is not None and (failed := _peer_cause(servers.peers)) is not None:
+                raise PointFailed(f"{failed} {context}")
             tail = managed.log_tail(5).strip().splitlines()
             raise PointFailed(f"{managed.name} exited with code {code} {context}" + (f": {tail[-1]}" if tail else ""))
+
+
+def replay_stop_grace(member: Member) -> float:
+    """How long teardown waits for the replay's graceful stop (see REPLAY_STOP_GRACE_S)."""
+    slurm = member.record.cluster_profile.slurm
+    kill_wait = slurm.kill_wait_s if slurm is not None else REPLAY_STOP_GRACE_S + RESULT_RESERVE_S
+    return max(0.5, min(REPLAY_STOP_GRACE_S, kill_wait - RESULT_RESERVE_S))
+
+
+def _peer_cause(peers: Rendezvous) -> str | None:
+    """A rank dying on another node takes the head's engine with it: give that node a moment to say so."""
+    deadline = time.monotonic() + PEER_REPORT_WAIT_S
+    while time.monotonic() < deadline:
+        if (failed := peers.failed_peer()) is not None:
+            return failed
+        time.sleep(0.5)
+    return None
 
 
 def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWindow:
@@ -195,9 +246,15 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
     started = time.time()
     try:
         with Supervisor(
-            member.point.path, f"{member.point.member_id}-replay", grace_s=REPLAY_TEARDOWN_GRACE_S
+            member.point.path,
+            f"{member.point.member_id}-replay",
+            grace_s=REPLAY_STOP_GRACE_S,  # a server's crash, the replay's deadline
+            signal_grace_s=replay_stop_grace(member),  # cancel, time limit: within Slurm's KillWait
+            report_name="teardown-replay.json",
         ) as replay_sup:
-            managed = replay_sup.start("replay", process.argv, process.env, base_env=dict(os.environ))
+            managed = replay_sup.start(
+                "replay", process.argv, process.env, base_env=dict(os.environ), stop_signal=process.stop_signal
+            )
             deadline = time.monotonic() + spec.duration_s + REPLAY_GRACE_S
             while True:
                 check_servers(servers, replay_sup, "during the replay")
@@ -212,7 +269,11 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
         keep_partial(member, servers, ReplayWindow(started, time.time(), before), str(exc))
         raise
     except JobInterrupted as exc:
-        keep_partial(member, servers, ReplayWindow(started, time.time(), before), _interrupted(exc.signum))
+        # the replay has stopped (the handler tore it down); write what it measured, then the reason,
+        # before the servers' teardown: Slurm's SIGKILL may end the job during it
+        why = _interrupted(exc.signum)
+        keep_partial(member, servers, ReplayWindow(started, time.time(), before), why, interrupted=True)
+        member.recorder.ended_by(signal.Signals(exc.signum).name, why)
         raise
     ended = time.time()
     try:
@@ -231,11 +292,16 @@ def _interrupted(signum: int) -> str:
     return "time limit near (SIGUSR2)" if signum == signal.SIGUSR2 else f"interrupted by {signal.Signals(signum).name}"
 
 
-def _build(member: Member, window: ReplayWindow, servers: Servers) -> Result:
-    """The point's result and its lock.json (the lock first: a result never lacks its lock)."""
+def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupted: bool = False) -> Result:
+    """The point's result and its lock.json (the lock first: a result never lacks its lock).
+
+    `interrupted`: a signal ended the job; its sampler got the signal too, so no sample is awaited."""
     engine = next((p for p in servers.processes if p.name == "engine"), None)
     state = member.recorder.state
-    run = RunMeta(sweep_id=member.record.sweep_id, attempt=state.attempt, slurm_job_id=state.job_id, node=state.node)
+    nodes = (state.node or "", *servers.peers.peers()) if servers.peers is not None else ()
+    run = RunMeta(
+        sweep_id=member.record.sweep_id, attempt=state.attempt, slurm_job_id=state.job_id, node=state.node, nodes=nodes
+    )
     arm = ArmInputs(
         engine_argv=engine.argv if engine else None,  # the argv that ran, as the supervisor started it
         logs={p.name: p.log_path for p in servers.processes},
@@ -244,7 +310,7 @@ def _build(member: Member, window: ReplayWindow, servers: Servers) -> Result:
     planned = servers.plan.servers if servers.plan is not None else []
     processes = [*planned, *([member.replay] if member.replay else [])]
     run_lock.write_lock(member.point.path / run_lock.LOCK_NAME, member.record.point_id, servers.lock, processes)
-    if servers.telemetry_dir is not None and window.ended_at is not None:
+    if servers.telemetry_dir is not None and window.ended_at is not None and not interrupted:
         telemetry.await_sample_after(servers.telemetry_dir, window.ended_at)
     result = build_result(
         member.record.point,
@@ -264,10 +330,12 @@ def _build(member: Member, window: ReplayWindow, servers: Servers) -> Result:
     return result
 
 
-def keep_partial(member: Member, servers: Servers, window: ReplayWindow, reason: str) -> None:
+def keep_partial(
+    member: Member, servers: Servers, window: ReplayWindow, reason: str, *, interrupted: bool = False
+) -> None:
     """A replay ended early (time limit, cancel, a server crash): keep what aiperf wrote, marked invalid."""
     try:
-        result = _build(member, window, servers)
+        result = _build(member, window, servers, interrupted=interrupted)
     except ArtifactError:
         return  # aiperf wrote no records: nothing to keep
     assert result.slurmx is not None
@@ -295,12 +363,14 @@ def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
         raise PointFailed(f"invalid result: {reason}")
 
 
-def run_group(members: list[Member], supervisor: Supervisor, outcomes: dict[str, str]) -> None:
+def run_group(
+    members: list[Member], supervisor: Supervisor, outcomes: dict[str, str], peers: Rendezvous | None = None
+) -> None:
     """Run every member on one set of servers; a member's failure does not stop the next one."""
     first = members[0]
     runtime = runtime_for(first.record.cluster_profile, first.record.point.image)
     try:
-        servers = start_servers(first, runtime, supervisor)
+        servers = start_servers(first, runtime, supervisor, peers)
     except PointFailed as exc:
         for member in members:
             member.recorder.stage("failed", str(exc) if member is first else f"not run: {exc}")

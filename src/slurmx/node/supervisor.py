@@ -8,6 +8,7 @@ LMCache server orphaned by a cancel, a time limit or a preemption keeps terabyte
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client as http_client
 import json
 import logging
@@ -15,6 +16,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -119,6 +121,7 @@ class Managed:
     log_offset: int  # this run's output starts here in a log that earlier attempts may share
     started_at: float
     popen: subprocess.Popen[bytes] = field(repr=False)
+    stop_signal: int = signal.SIGTERM  # teardown sends it first, then SIGKILL after the grace
 
     @property
     def pid(self) -> int:
@@ -158,7 +161,7 @@ class TeardownReport:
     started_at: float
     ended_at: float = 0.0
     already_exited: list[str] = field(default_factory=list)
-    terminated: list[str] = field(default_factory=list)  # group gone within the grace period after SIGTERM
+    terminated: list[str] = field(default_factory=list)  # group gone within the grace after its stop signal
     killed: list[str] = field(default_factory=list)  # group still running after the grace period: SIGKILL
     survivors: list[ProcInfo] = field(default_factory=list)  # found by the /proc verification, then SIGKILLed
     unkillable: list[int] = field(default_factory=list)  # still running after SIGKILL (stuck in D state)
@@ -194,10 +197,16 @@ def render_command(name: str, argv: Sequence[str], env_delta: Mapping[str, str],
     lines = [f"# {name}: exact argv and env delta, written before the process started; secrets shown as ***"]
     lines += [f"# env: {key}={shlex.quote(value)}" for key, value in shown_env.items()]
     lines.append(f"# cwd: {cwd if cwd is not None else '(inherited)'}")
+    lines.append(f"# node: {node_name()}")  # a multinode point has records from several nodes
     lines.append(shlex.join(shown_argv))
     record = {"name": name, "argv": shown_argv, "env_delta": shown_env, "cwd": None if cwd is None else str(cwd)}
     lines.append(json.dumps(record))
     return "\n".join(lines) + "\n"
+
+
+def node_name() -> str:
+    """The Slurm node this runs on (several fake nodes share one host on the local cluster), else the host."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
 def probe(url: str, timeout_s: float, expect: Callable[[bytes], bool] | None = None) -> tuple[bool, str]:
@@ -220,12 +229,25 @@ class Supervisor:
     also where the signal handlers run).
     """
 
-    def __init__(self, run_dir: Path, marker: str, *, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        marker: str,
+        *,
+        grace_s: float = 10.0,
+        kill_wait_s: float = 5.0,
+        report_name: str = "teardown.json",
+        signal_grace_s: float | None = None,
+    ) -> None:
+        """`grace_s`: how long teardown waits after the stop signals before SIGKILL; `signal_grace_s`: the
+        same when a signal ends the job (Slurm's own SIGKILL follows its KillWait later), default grace_s."""
         if not _MARKER_RE.fullmatch(marker):
             raise ValueError(f"marker must match {_MARKER_RE.pattern}, got {marker!r}")
         self.run_dir = Path(run_dir)
         self.marker = marker
+        self.report_name = report_name
         self.grace_s = grace_s
+        self.signal_grace_s = grace_s if signal_grace_s is None else signal_grace_s
         self.kill_wait_s = kill_wait_s
         self._managed: list[Managed] = []
         self._report: TeardownReport | None = None
@@ -248,7 +270,7 @@ class Supervisor:
 
     @property
     def report_path(self) -> Path:
-        return self.run_dir / "teardown.json"
+        return self.run_dir / self.report_name
 
     @property
     def processes(self) -> tuple[Managed, ...]:
@@ -305,7 +327,7 @@ class Supervisor:
 
     def _interrupt(self, signum: int) -> None:
         # tear down here, in the handler: the processes go now, wherever the main thread was
-        self.teardown(f"signal {signal.Signals(signum).name}")
+        self.teardown(f"signal {signal.Signals(signum).name}", grace_s=self.signal_grace_s)
         self._unraised_signum = None
         raise JobInterrupted(signum)
 
@@ -319,8 +341,13 @@ class Supervisor:
         *,
         base_env: Mapping[str, str] | None = None,
         cwd: Path | str | None = None,
+        stop_signal: signal.Signals = signal.SIGTERM,
     ) -> Managed:
-        """Record the command, then start it in its own session with the job marker in its env."""
+        """Record the command, then start it in its own session with the job marker in its env.
+
+        A process stopped by another signal than SIGTERM starts with the other handled signals ignored
+        (for SIGINT: SIGTERM, SIGUSR2, SIGHUP): Slurm sends them to every process of the job at once (scancel,
+        the time-limit lead), and they must not cut short the graceful stop teardown asks for."""
         self._check_startable(name, argv)
         delta = dict(env_delta or {})
         if delta.get(MARKER_ENV, self.marker) != self.marker:
@@ -342,8 +369,11 @@ class Supervisor:
                     env=env,
                     cwd=cwd,
                     start_new_session=True,  # own session and group: one killpg reaches its whole tree
+                    preexec_fn=_ignoring(stop_signal),
                 )
-                managed = Managed(name, argv, log_path, command_path, log_file.tell(), time.time(), popen)
+                managed = Managed(
+                    name, argv, log_path, command_path, log_file.tell(), time.time(), popen, stop_signal=stop_signal
+                )
                 self._managed.append(managed)
             finally:
                 self._starting = False
@@ -390,14 +420,18 @@ class Supervisor:
         timeout_s: float,
         interval_s: float = 1.0,
         expect: Callable[[bytes], bool] | None = None,
+        abort: Callable[[], str | None] | None = None,
     ) -> None:
-        """Poll a loopback health URL until ready; fail at once if the process exits meanwhile."""
+        """Poll a loopback health URL until ready; fail at once if the process exits meanwhile, or when
+        `abort` gives a reason (a multinode point's other node failed)."""
         loopback.require_loopback(url)  # health checks never leave the node
         started = time.monotonic()
         deadline = started + timeout_s
         last = "no probe yet"
         while True:
             self.check_alive(m, f" before {url} was ready ({time.monotonic() - started:.1f} s)")
+            if abort is not None and (reason := abort()) is not None:
+                raise SupervisorError(reason)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ReadinessTimeout(m.name, url, timeout_s, last, m.log_path, m.log_tail())
@@ -414,7 +448,7 @@ class Supervisor:
         if not self._running_groups([m]):
             m.poll()
             return "exited"
-        _signal_group(m.pgid, signal.SIGTERM)
+        _signal_group(m.pgid, m.stop_signal)
         if not self._wait_groups_gone([m], time.monotonic() + self.grace_s):
             m.poll()
             return "terminated"
@@ -423,8 +457,9 @@ class Supervisor:
         m.poll()
         return "killed"
 
-    def teardown(self, reason: str = "requested") -> TeardownReport:
-        """TERM every group (newest first), wait grace_s, KILL the rest, verify via /proc. Idempotent."""
+    def teardown(self, reason: str = "requested", *, grace_s: float | None = None) -> TeardownReport:
+        """Stop every group (newest first; SIGTERM or its stop signal), wait the grace (self.grace_s unless
+        given), KILL the rest, verify via /proc. Idempotent."""
         if self._report is not None:
             return self._report
         if self._tearing_down:
@@ -432,7 +467,7 @@ class Supervisor:
         self._tearing_down = True
         report = TeardownReport(reason=reason, started_at=time.time())
         try:
-            self._terminate_then_kill(report)
+            self._terminate_then_kill(report, self.grace_s if grace_s is None else grace_s)
         finally:
             # the verification runs even if the steps above failed: it needs only the marker
             self._verify_nothing_left(report)
@@ -443,12 +478,12 @@ class Supervisor:
             self._record(report)
         return report
 
-    def _terminate_then_kill(self, report: TeardownReport) -> None:
+    def _terminate_then_kill(self, report: TeardownReport, grace_s: float) -> None:
         running = self._running_groups(list(reversed(self._managed)))
         report.already_exited = [m.name for m in reversed(self._managed) if m not in running]
         for m in running:
-            _signal_group(m.pgid, signal.SIGTERM)
-        still = self._wait_groups_gone(running, time.monotonic() + self.grace_s)
+            _signal_group(m.pgid, m.stop_signal)
+        still = self._wait_groups_gone(running, time.monotonic() + grace_s)
         report.terminated = [m.name for m in running if m not in still]
         for m in still:
             _signal_group(m.pgid, signal.SIGKILL)
@@ -490,6 +525,18 @@ class Supervisor:
             time.sleep(POLL_S)
             pending = self._running_groups(pending)
         return pending
+
+
+def _ignoring(stop_signal: signal.Signals) -> Callable[[], None] | None:
+    """The child's set-up for a process stopped by another signal than SIGTERM (see Supervisor.start)."""
+    if stop_signal == signal.SIGTERM:
+        return None
+    return functools.partial(_ignore, tuple(s for s in HANDLED_SIGNALS if s != stop_signal))
+
+
+def _ignore(signums: tuple[signal.Signals, ...]) -> None:
+    for signum in signums:  # runs in the child between fork and exec; ignored dispositions survive exec
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -7,7 +7,7 @@ from slurmx.backends import Arm, ArmProblem, BackendSpec
 from slurmx.digest import file_digest
 from slurmx.errors import ConfigError, UserError
 from slurmx.flags import render_flags
-from slurmx.plan import Point
+from slurmx.plan import NodeLayout, Point
 from slurmx.recipes.load import RecipeFile, Recipes, arm_flags
 from slurmx.recipes.model import Match, Recipe
 from slurmx.recipes.spec import DRAFT_PATH, RouterSpec, ServingSpec
@@ -80,7 +80,8 @@ def _engine_flags(recipe: Recipe, arm: Arm, point: Point, parallel: list[str]) -
     """Base flags with the arm's changes, parallelism, the EP flags, per-conc rules and computed sizes."""
     engine = recipe.engine
     flags = arm_flags(recipe, arm)
-    if point.ep > 1:
+    ep = point.prefill.ep if point.multinode and point.prefill is not None else point.ep
+    if ep > 1:
         flags.update(engine.ep_flags)
     assert isinstance(point.conc, int)
     for rule in engine.per_conc:
@@ -129,7 +130,8 @@ def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
     )
 
 
-def resolve(point: Point, recipes: Recipes) -> ServingSpec:
+def resolve(point: Point, recipes: Recipes, layout: NodeLayout | None = None) -> ServingSpec:
+    """`layout`: how a multinode point spreads over its cluster's nodes (one node when None)."""
     missing = missing_implementation(point)
     if missing is not None:
         raise missing
@@ -156,7 +158,9 @@ def resolve(point: Point, recipes: Recipes) -> ServingSpec:
         block_size=recipe.engine.block_size,
         health_path=recipe.engine.health_path,
         startup_timeout_s=recipe.engine.startup_timeout_s,
-        gpus=point.gpus,
+        gpus=layout.gpus_per_node if layout is not None else point.gpus,
+        nodes=layout.nodes if layout is not None else 1,
+        ranks_per_node=layout.ranks_per_node if layout is not None else 1,
         backend=backend,
         replay=recipe.replay,
         conc=point.conc,

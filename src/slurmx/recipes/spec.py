@@ -39,13 +39,15 @@ class ServingSpec(BaseModel):
     block_size: int
     health_path: str
     startup_timeout_s: int
-    gpus: int  # GPUs the engine runs on: the point's tp x pp x pcp
+    gpus: int  # GPUs the engine runs on (per node): the point's tp x pp x pcp, or a multinode node's share
     backend: AnyBackendSpec
     replay: Replay
     conc: int
     duration_s: int
     router: RouterSpec | None = None
     draft_model: str | None = None  # under the runtime's model root; DRAFT_PATH in engine_flags stands for it
+    nodes: int = 1  # > 1: one engine across nodes, the head serving and the others headless (docs/multinode.md)
+    ranks_per_node: int = 1  # data-parallel engine ranks on each node of a multinode engine
 
     def provenance_free(self) -> dict[str, object]:
         """The spec without where the recipe came from: equal when the same thing would run."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurmx.config.master import WorkerSpec
 from slurmx.plan import Point
 from slurmx.results import energy, prometheus
 from slurmx.results.evidence import ArmInputs, build_evidence
@@ -76,6 +77,7 @@ class RunMeta:
     attempt: int = 1
     slurm_job_id: str | None = None
     node: str | None = None
+    nodes: tuple[str, ...] = ()  # a multinode point's nodes, the head first
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def build_result(
     profile = _load_json(artifact_dir / PROFILE_JSON)
     server_export = _load_json(artifact_dir / SERVER_METRICS_JSON)
 
-    gpus = point.gpus
+    gpus = _multinode_gpus(point) if point.multinode else point.gpus
     request_metrics = compute_request_metrics(records, profile)
     totals = request_metrics.throughput
     if totals.total is not None and gpus > 0:
@@ -147,7 +149,7 @@ def build_result(
         spec_decoding=point.spec_decoding,
         disagg=point.disagg,
         scenario_type=point.scenario,
-        is_multinode=False,
+        is_multinode=point.multinode,
         num_gpus=gpus,
         tp=point.tp,
         ep=point.ep,
@@ -174,7 +176,30 @@ def build_result(
     )
     for key, value in power.items():
         setattr(result, key, value)
+    if point.multinode:
+        _set_worker_shape(result, point)
     return result
+
+
+def _worker_gpus(worker: WorkerSpec) -> int:
+    return worker.num_worker * worker.tp * worker.pp * worker.pcp_size
+
+
+def _multinode_gpus(point: Point) -> int:
+    assert point.prefill is not None and point.decode is not None
+    return _worker_gpus(point.prefill) + _worker_gpus(point.decode)
+
+
+def _set_worker_shape(result: Result, point: Point) -> None:
+    """InferenceX's multinode fields: each side's workers and parallelism, and the GPUs of each side."""
+    assert point.prefill is not None and point.decode is not None
+    for side, worker in (("prefill", point.prefill), ("decode", point.decode)):
+        setattr(result, f"{side}_num_workers", worker.num_worker)
+        for name in ("tp", "pp", "dcp_size", "pcp_size", "ep"):
+            setattr(result, f"{side}_{name}", getattr(worker, name))
+        setattr(result, f"{side}_dp_attention", "true" if worker.dp_attn else "false")
+        setattr(result, f"num_{side}_gpu", _worker_gpus(worker))
+    result.tp, result.ep = point.prefill.tp, point.prefill.ep
 
 
 def point_energy(
@@ -229,19 +254,24 @@ def recipe_fingerprint(point: Point) -> str:
 
 
 def load_records(path: Path) -> tuple[list[dict[str, Any]], RequestAccounting]:
-    """Profiling-phase, error-free records and the accounting of everything dropped."""
+    """Profiling-phase, error-free records and the accounting of everything dropped.
+
+    aiperf appends whole lines in batches; an unterminated last line that does not parse is a batch
+    cut off by a kill (a partial replay) and is left out, not an error."""
     if not path.is_file():
         raise ArtifactError(f"{path}: missing (aiperf wrote no per-request records)")
     records: list[dict[str, Any]] = []
     acc = RequestAccounting()
     with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            line = line.strip()
+        for number, raw in enumerate(handle, 1):
+            line = raw.strip()
             if not line:
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
+                if not raw.endswith("\n"):  # only the last line can lack its newline
+                    break  # the torn tail of a killed writer
                 raise ArtifactError(f"{path}:{number}: not JSON ({exc.msg})") from None
             acc.records_total += 1
             phase = (obj.get("metadata") or {}).get("benchmark_phase")
@@ -696,6 +726,7 @@ def _slurmx_meta(
         attempt=run.attempt,
         slurm_job_id=run.slurm_job_id,
         node=run.node,
+        nodes=list(run.nodes) or None,
         started_at=window.started_at,
         ended_at=window.ended_at,
         was_cancelled=bool(profile.get("was_cancelled", False)),

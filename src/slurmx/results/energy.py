@@ -22,7 +22,7 @@ import csv
 import functools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import mean
@@ -282,13 +282,11 @@ def integrate(
     )
     if gpu_ids and len(energy) == len(gpu_ids):
         total = sum(energy.values())
-        return Energy(
-            **{
-                **result.__dict__,
-                "total_gpu_energy_j": total,
-                "avg_total_gpu_power_w": total / window.duration_s,
-                "avg_power_w": total / window.duration_s / len(gpu_ids),
-            }
+        return replace(
+            result,
+            total_gpu_energy_j=total,
+            avg_total_gpu_power_w=total / window.duration_s,
+            avg_power_w=total / window.duration_s / len(gpu_ids),
         )
     return result
 

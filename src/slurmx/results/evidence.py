@@ -90,6 +90,7 @@ def build_evidence(
         tier=reading.counters,
         tier_side_hit_tokens=reading.hit_tokens,
         tier_side_hit_rate=_share(reading.hit_tokens, prompt),
+        tier_absent_reason=reading.absent,
         kv_pool_tokens=server.kv_cache.gpu_total_tokens,
         working_set_tokens=inputs.working_set_tokens,
         log_failures=log_failures(arm, inputs.logs),

@@ -175,6 +175,17 @@ def _energy(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
     ax.set_ylim(bottom=0)
 
 
+def ttft_axes(ax: Any, concs: set[int]) -> None:
+    """TTFT p90 against concurrency: the x axis names each concurrency run (log 2 when they span 8x or more)."""
+    ax.set_xlabel("concurrency (concurrent sessions)")
+    ax.set_ylabel("TTFT p90 (s)")
+    if concs and max(concs) / max(min(concs), 1) >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(concs))
+    ax.set_xticklabels([str(c) for c in sorted(concs)])
+    ax.set_ylim(bottom=0)
+
+
 def _ttft(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
     concs: set[int] = set()
     for label, values in series.items():
@@ -183,10 +194,4 @@ def _ttft(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
             continue
         concs.update(p[0] for p in pts)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, linewidth=1.5, **_style(label, series))
-    ax.set_xlabel("concurrency (concurrent sessions)")
-    ax.set_ylabel("TTFT p90 (s)")
-    if concs and max(concs) / max(min(concs), 1) >= 8:
-        ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(concs))
-    ax.set_xticklabels([str(c) for c in sorted(concs)])
-    ax.set_ylim(bottom=0)
+    ttft_axes(ax, concs)

@@ -154,13 +154,7 @@ def _ttft(ax: Any, series: dict[str, list[PointAggregate]]) -> None:
         yerr = list(zip(*(_err(p[1]) for p in pts)))
         ax.errorbar([p[0] for p in pts], [p[1].mean for p in pts], yerr=yerr, label=label, color=f"C{i % 10}",
                     marker="o", capsize=3, linewidth=1.5)  # fmt: skip
-    ax.set_xlabel("concurrency (concurrent sessions)")
-    ax.set_ylabel("TTFT p90 (s)")
-    if concs and max(concs) / max(min(concs), 1) >= 8:
-        ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(concs))
-    ax.set_xticklabels([str(c) for c in sorted(concs)])
-    ax.set_ylim(bottom=0)
+    plots.ttft_axes(ax, concs)
 
 
 # ---------------------------------------------------------------- the page

@@ -228,6 +228,7 @@ class ArmEvidence(_Strict):
     tier: dict[str, float] = Field(default_factory=dict)
     tier_side_hit_tokens: float | None = None  # the tier's own count of tokens it served
     tier_side_hit_rate: float | None = None  # tier_side_hit_tokens / prompt_tokens
+    tier_absent_reason: str | None = None  # why `tier` / the tier-side figure is missing (Mooncake: not collected)
     kv_pool_tokens: int | None = None
     working_set_tokens: int | None = None  # live shared prefix + the concurrent sessions' contexts
     log_failures: list[str] = Field(default_factory=list)  # "reason (file:line)"
@@ -270,6 +271,7 @@ class SlurmxMeta(_Strict):
     attempt: int = 1
     slurm_job_id: str | None = None
     node: str | None = None
+    nodes: list[str] | None = None  # a multinode point's nodes, the head first
     backend_version: str | None = None  # the KV-offload backend version that actually ran
     engine_version: str | None = None
     aiperf_version: str | None = None

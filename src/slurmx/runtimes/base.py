@@ -48,12 +48,15 @@ class Runtime:
     template: ClassVar[str | None] = None  # sbatch preamble under templates/, None for none
     serves: ClassVar[bool] = True  # False: the point's work is the profile's command, not a server stack
     tools_on_host: ClassVar[bool] = False  # True: preflight can check the tools from the job's own host
+    passes_sigint: ClassVar[bool] = True  # a SIGINT to the wrapped argv reaches the process (no srun in between)
     installs: ClassVar[bool] = False  # True: provisioning installs pinned versions (a disposable container)
     downloads: ClassVar[bool] = False  # True: provisioning may download models and datasets
 
     engine_python: str = "python3"
     lmcache_bin: str = "lmcache"
     aiperf_bin: str = "aiperf"
+    aiperf_python: str = "python3"  # the interpreter of aiperf's environment (the lock reads versions with it)
+    aiperf_source: str | None = None  # pip requirement provisioning installs into aiperf's own venv
     mooncake_master_bin: str = "mooncake_master"
     model_root: str | None = None
     hf_home: str | None = None
@@ -75,6 +78,11 @@ class Runtime:
     def wrap(self, argv: list[str], name: str) -> list[str]:
         """The argv that starts `argv` on this node (as is, unless the runtime adds a container)."""
         return list(argv)
+
+    def place(self, wrapped: list[str], name: str, prefix: list[str]) -> list[str]:
+        """A wrapped argv with a placement launcher (numactl ...) right before the process's own argv:
+        on the host here, inside the container where the runtime adds one."""
+        return [*prefix, *wrapped]
 
     def template_values(self) -> dict[str, str]:
         return {"image": self.image or "", "hf_home": self.hf_home or ""}

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from slurmx.errors import UserError
 from slurmx.slurm.commands import run_slurm
-from slurmx.slurm.request import SlurmRequest
+from slurmx.slurm.request import SlurmRequest, mem_mb
 
 
 @dataclass(frozen=True)
@@ -17,9 +16,11 @@ class NodeInfo:
     gpus_by_type: dict[str, int]
     features: frozenset[str]
     real_memory_mb: int
+    sockets: int = 1
 
 
-def _fields(line: str) -> dict[str, str]:
+def scontrol_fields(line: str) -> dict[str, str]:
+    """`scontrol show ... --oneliner` output as KEY=VALUE pairs."""
     return dict(item.split("=", 1) for item in line.split() if "=" in item)
 
 
@@ -37,7 +38,7 @@ def query_nodes() -> list[NodeInfo]:
     out = run_slurm(["scontrol", "show", "node", "--oneliner"]).stdout
     nodes = []
     for line in out.splitlines():
-        fields = _fields(line)
+        fields = scontrol_fields(line)
         if "NodeName" not in fields:
             continue
         nodes.append(
@@ -47,6 +48,7 @@ def query_nodes() -> list[NodeInfo]:
                 gpus_by_type=_parse_gres(fields.get("Gres", "")),
                 features=frozenset(f for f in fields.get("AvailableFeatures", "").split(",") if f and f != "(null)"),
                 real_memory_mb=int(fields.get("RealMemory", "0") or 0),
+                sockets=int(fields.get("Sockets", "1") or 1),
             )
         )
     return nodes
@@ -54,16 +56,7 @@ def query_nodes() -> list[NodeInfo]:
 
 def query_partitions() -> set[str]:
     out = run_slurm(["scontrol", "show", "partition", "--oneliner"]).stdout
-    return {f["PartitionName"] for f in map(_fields, out.splitlines()) if "PartitionName" in f}
-
-
-def mem_mb(mem: str) -> int:
-    """sbatch --mem syntax to MB; 0 means all of a node's memory."""
-    match = re.fullmatch(r"(\d+)([KMGT]?)B?", mem.strip().upper())
-    if not match:
-        raise UserError(f"invalid Slurm memory request {mem!r} (use e.g. 16G, 500M or 0)")
-    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[match.group(2)]
-    return int(int(match.group(1)) * scale)
+    return {f["PartitionName"] for f in map(scontrol_fields, out.splitlines()) if "PartitionName" in f}
 
 
 def why_unrunnable(request: SlurmRequest, partitions: set[str], nodes: list[NodeInfo]) -> str | None:
@@ -90,26 +83,49 @@ def why_unrunnable(request: SlurmRequest, partitions: set[str], nodes: list[Node
     with_features = [n for n in with_gpus if set(request.features) <= n.features]
     if not with_features:
         return f"no node with {request.gres} has features {','.join(request.features)}"
-    need_mb = mem_mb(request.mem)
-    if need_mb and not any(n.real_memory_mb >= need_mb for n in with_features):
-        most = max(n.real_memory_mb for n in with_features)
-        return f"no matching node has {request.mem} of memory (at most {most} MB)"
+    sockets = request.sockets_per_node or 0
+    if not any(n.sockets >= sockets for n in with_features):
+        most = max(n.sockets for n in with_features)
+        return f"no node with {request.gres} has {sockets} sockets (--sockets-per-node; at most {most})"
+    if request.nodes > 1:  # a multinode point: that many nodes must each have all of it
+        need_mb = mem_mb(request.mem)
+        fitting = [n for n in with_features if n.sockets >= sockets and n.real_memory_mb >= need_mb]
+        if len(fitting) < request.nodes:
+            names = ",".join(n.name for n in fitting) or "none"
+            return (
+                f"the point needs {request.nodes} nodes with {request.gres}"
+                + (f", {request.mem} of memory" if need_mb else "")
+                + (f" and features {','.join(request.features)}" if request.features else "")
+                + f" each in partition {request.partition!r}; {len(fitting)} have it ({names})"
+            )
     return None
 
 
+def _fits(request: SlurmRequest, node: NodeInfo) -> bool:
+    """Everything of `request` but memory: partition, not excluded, GPUs, features, sockets."""
+    gpu_type = request.gres_type or ""
+    gpus = node.gpus_by_type.get(gpu_type, 0) if gpu_type else sum(node.gpus_by_type.values())
+    return (
+        request.partition in node.partitions
+        and node.name not in request.exclude
+        and gpus >= request.gpus
+        and set(request.features) <= node.features
+        and node.sockets >= (request.sockets_per_node or 0)
+    )
+
+
 def why_memory_short(request: SlurmRequest, need_mb: int, what: str, nodes: list[NodeInfo]) -> str | None:
-    """The reason no node that could take `request` has the host memory a point needs, with the figures."""
+    """The reason no node that could take `request` has the memory the point needs, with the figures.
+
+    The need is the request's --mem where it names one (made of the profile's memory plus the point's
+    pool and margin, as `what` says), else (--mem=0, the whole node) the point's pool and margin."""
+    asked = mem_mb(request.mem)
+    if asked:
+        what = f"--mem={request.mem}" + (f" = profile mem {asked - need_mb} MB + {what}" if what else "")
+        need_mb = asked
     if need_mb <= 0:
         return None
-    gpu_type = request.gres_type or ""
-    fitting = [
-        n
-        for n in nodes
-        if request.partition in n.partitions
-        and n.name not in request.exclude
-        and (n.gpus_by_type.get(gpu_type, 0) if gpu_type else sum(n.gpus_by_type.values())) >= request.gpus
-        and set(request.features) <= n.features
-    ]
+    fitting = [n for n in nodes if _fits(request, n)]
     if not fitting or any(n.real_memory_mb >= need_mb for n in fitting):
         return None
     largest = max(fitting, key=lambda n: n.real_memory_mb)

@@ -34,7 +34,7 @@ def slurm_parameters(plan: ArrayPlan) -> dict[str, Any]:
         "gres": request.gres,
         "mem": request.mem,
         "time": request.time_limit_min,
-        "nodes": 1,
+        "nodes": request.nodes,  # one task per node: on a multinode point, each runs its node's part
         "ntasks_per_node": 1,
         "array_parallelism": plan.array_parallelism,
         "signal_delay_s": plan.signal_delay_s,
@@ -50,6 +50,11 @@ def slurm_parameters(plan: ArrayPlan) -> dict[str, Any]:
         "exclude": ",".join(request.exclude) or None,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
+    extra = {"gres-flags": request.gres_flags, "sockets-per-node": request.sockets_per_node}
+    if any(v is not None for v in extra.values()):
+        params["additional_parameters"] = {k: v for k, v in extra.items() if v is not None}
+    if request.mem_bind:
+        params["srun_args"] = [f"--mem-bind={request.mem_bind}"]  # the job step's; sbatch only passes it on
     return params
 
 

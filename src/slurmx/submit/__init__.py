@@ -10,7 +10,6 @@ from typing import Any
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node.entry import run_job
-from slurmx.node.preflight import memory_margin_bytes
 from slurmx.slurm import cluster_check
 from slurmx.slurm.sbatch import ArrayPlan, array_id, render_sbatch, submit_array
 from slurmx.store import ledger
@@ -19,6 +18,7 @@ from slurmx.store.tree import ResultsTree, SweepDir
 from slurmx.submit.arrays import array_plans
 from slurmx.submit.decide import Decision, Mode, decide
 from slurmx.submit.resolved import Resolved, resolve_points
+from slurmx.submit.resolved import host_memory_need_mb as _need_of_spec
 
 
 @dataclass
@@ -75,14 +75,7 @@ def sweep_dir(tree: ResultsTree, key: str, inputs: Inputs) -> SweepDir:
 
 def host_memory_need_mb(item: Resolved) -> tuple[int, str]:
     """The host DRAM a point pins (its backend's pool) plus the margin preflight asks for, in MB."""
-    pool = item.serving.backend.host_memory_bytes() if item.serving is not None else 0
-    if not pool:
-        return 0, ""
-    margin = memory_margin_bytes(pool)
-    mib = 2**20
-    return (
-        pool + margin
-    ) // mib, f"{item.serving.backend.name if item.serving else ''} pool {pool // mib} MB + margin {margin // mib} MB"
+    return _need_of_spec(item.serving)
 
 
 def check_cluster(resolved: list[Resolved]) -> None:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from slurmx.config.clusters import ClusterProfile
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
-from slurmx.plan import Point
+from slurmx.node import disagg
+from slurmx.node.preflight import memory_margin_bytes
+from slurmx.plan import Point, node_layout
 from slurmx.recipes.resolve import missing_implementation, resolve
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
@@ -42,25 +44,106 @@ class Resolved:
         )
 
 
+def host_memory_need_mb(serving: ServingSpec | None) -> tuple[int, str]:
+    """The host DRAM a point pins (its backend's pool) plus the margin preflight asks for, in MB, and
+    how that figure is made."""
+    pool = serving.backend.host_memory_bytes() if serving is not None else 0
+    if serving is None or not pool:
+        return 0, ""
+    margin = memory_margin_bytes(pool)
+    mib = 2**20
+    return (pool + margin) // mib, f"{serving.backend.name} pool {pool // mib} MB + margin {margin // mib} MB"
+
+
+def point_request(point: Point, profile: ClusterProfile, serving: ServingSpec | None) -> SlurmRequest:
+    """The point's Slurm request: the profile's, on one node or every node its workers need (GRES per
+    node), with the memory the point needs on each and its NUMA options."""
+    assert profile.slurm is not None
+    layout = node_layout(point, profile.gpus_per_node)
+    return slurm_request(
+        profile.slurm,
+        layout.gpus_per_node,
+        layout.nodes,
+        host_need_mb=host_memory_need_mb(serving)[0],
+        numa_policy=profile.node.numa_policy if profile.node else "none",
+    )
+
+
+def why_not_runnable(point: Point, profile: ClusterProfile) -> str | None:
+    """Why slurmx cannot start this planned point's processes on this hardware, or None. Plan still shows
+    its request; render lists it with this reason; submit refuses it."""
+    layout = node_layout(point, profile.gpus_per_node)
+    if point.multinode and layout.ranks_per_node == 0 and not point.disagg:
+        return (
+            f"a data-parallel rank spanning nodes (tp*pp*pcp over gpus-per-node={profile.gpus_per_node}); "
+            "slurmx runs one rank per node or more (vLLM's --nnodes/--node-rank launch per rank is not built)"
+        )
+    return None
+
+
+def check_numa_bind(point: Point, profile: ClusterProfile, serving: ServingSpec | None, inputs: Inputs) -> None:
+    """vLLM's --numa-bind puts its workers on their GPUs' NUMA nodes; a pool the profile leaves unplaced
+    (numa-policy none) would then land wherever it is first touched. Refused, naming the profile's field."""
+    if serving is None or "--numa-bind" not in serving.engine_flags or not serving.backend.host_memory_bytes():
+        return
+    policy = profile.node.numa_policy if profile.node else "none"
+    if policy == "none":
+        line = inputs.clusters.lines.get(point.runner)
+        raise UserError(
+            f"{inputs.clusters.path}:{line}: hardware.{point.runner}.node.numa-policy: none, but recipe "
+            f"{serving.recipe_file} runs vLLM with --numa-bind (workers on their GPUs' NUMA nodes) next to a "
+            f"{serving.backend.name} pool nothing places: set numa-policy bind or interleave, or remove "
+            "--numa-bind in the arm"
+        )
+
+
+def is_disaggregated(p: Point) -> bool:
+    """Prefill and decode workers of their own (Dynamo, SGLang disaggregation)."""
+    return p.multinode and (p.disagg or (p.decode is not None and p.decode.num_worker > 0))
+
+
+def why_not_submittable(p: Point) -> str | None:
+    """What slurmx cannot run of this point yet (it still plans and renders it), or None."""
+    if is_disaggregated(p):
+        return f"disaggregated multinode points cannot be submitted yet: {disagg.WHY_NOT_SUBMITTED}"
+    if p.scenario != "agentic-coding":
+        return f"{p.scenario} points cannot be submitted yet (agentic-coding only)"
+    return None
+
+
 def check_submittable(points: list[Point]) -> None:
     for p in points:
-        if p.multinode or p.scenario != "agentic-coding":
-            kind = "multinode" if p.multinode else p.scenario
-            raise UserError(f"{p.config_key}: {kind} points cannot be submitted yet (single-node agentic-coding only)")
+        why = why_not_submittable(p)
+        if why is not None:
+            raise UserError(f"{p.config_key}: {why}")
 
 
 def resolve_points(points: list[Point], inputs: Inputs) -> list[Resolved]:
     """Every point's request and serving spec; any problem is raised before a file is written."""
     check_submittable(points)
+    resolved, refused = resolve_runnable(points, inputs)
+    for point, why in refused:
+        raise UserError(f"{point.config_key}: {point.exp_name} has {why}")
+    return resolved
+
+
+def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved], list[tuple[Point, str]]]:
+    """The points slurmx can start, resolved, and the others with the reason (`why_not_runnable`)."""
     for point in points:
         missing = missing_implementation(point)
         if missing is not None:
             raise missing
     out = []
+    refused = []
     for point in points:
         profile = inputs.submittable_profile(point)
         assert profile.slurm is not None
+        why = why_not_runnable(point, profile)
+        if why is not None:
+            refused.append((point, why))
+            continue
         serves = runtime_for(profile, point.image).serves
-        serving = resolve(point, inputs.recipes()) if serves else None
-        out.append(Resolved(point, profile, slurm_request(profile.slurm, point.gpus), serving))
-    return out
+        serving = resolve(point, inputs.recipes(), node_layout(point, profile.gpus_per_node)) if serves else None
+        check_numa_bind(point, profile, serving, inputs)
+        out.append(Resolved(point, profile, point_request(point, profile, serving), serving))
+    return out, refused

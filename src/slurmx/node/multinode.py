@@ -1,0 +1,158 @@
+"""A multinode point's nodes: which task is the head, where it listens, and how the nodes tell each other
+that they are up, failed or over.
+
+Every node runs one task of the job (submitit, one task per node). The head (node index 0) runs the point
+as a single-node point does, with its engine serving the API; the other nodes run headless engine ranks
+that register with it. They talk through small JSON files under `points/<id>/nodes/` on the shared
+results tree: `head.json` (the head's node, address and data-parallel RPC port, and whether the
+deployment is over) and `<node>.json` per other node (starting, running, failed with a reason, ended).
+Each file names the Slurm job, so files of an earlier attempt are never read as this one's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from slurmx.errors import UserError
+from slurmx.slurm.cluster_check import scontrol_fields
+from slurmx.slurm.commands import run_slurm
+from slurmx.store import atomic
+
+NODES_DIR = "nodes"
+HEAD_FILE = "head.json"
+POLL_S = 1.0
+
+NodeState = Literal["starting", "running", "failed", "ended"]
+
+
+@dataclass(frozen=True)
+class NodeTask:
+    """This task's place in the job's allocation."""
+
+    index: int  # SLURM_NODEID: 0 is the head
+    name: str  # the Slurm node name
+    count: int  # nodes in the allocation
+
+
+def this_task() -> NodeTask:
+    name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return NodeTask(
+        index=int(os.environ.get("SLURM_NODEID") or 0),
+        name=name,
+        count=int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1),
+    )
+
+
+def node_address(name: str) -> str:
+    """The address other nodes reach `name` at: Slurm's NodeAddr for it, as an IP (ZMQ binds to IPs)."""
+    address = name
+    try:
+        out = run_slurm(["scontrol", "show", "node", name, "--oneliner"]).stdout
+        address = scontrol_fields(out).get("NodeAddr") or name
+    except UserError:  # no scontrol on the node: the name is all there is
+        pass
+    try:
+        return socket.gethostbyname(address)
+    except OSError:
+        return address
+
+
+@dataclass(frozen=True)
+class Head:
+    node: str
+    address: str
+    rpc_port: int
+    ended: bool
+    reason: str | None
+
+
+class Rendezvous:
+    """The nodes/ directory of one point for one Slurm job."""
+
+    def __init__(self, point_dir: Path, job_id: str) -> None:
+        self.dir = point_dir / NODES_DIR
+        self.job_id = job_id
+
+    def node_dir(self, node: str) -> Path:
+        """Where a node other than the head keeps its commands/ and logs/."""
+        return self.dir / node
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            data = atomic.read_json(path)
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and data.get("job_id") == self.job_id else None
+
+    # the head's side
+    def publish_head(self, node: str, address: str, rpc_port: int, node_count: int) -> None:
+        record = {"job_id": self.job_id, "node": node, "address": address, "rpc_port": rpc_port, "nodes": node_count}
+        atomic.write_json(self.dir / HEAD_FILE, {**record, "ended": False, "reason": None})
+
+    def end(self, reason: str | None = None) -> None:
+        """The deployment is over (any ending): every other node tears its processes down."""
+        data = self._read(self.dir / HEAD_FILE) or {"job_id": self.job_id}
+        atomic.write_json(self.dir / HEAD_FILE, {**data, "ended": True, "reason": reason})
+
+    def peers(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for path in sorted(self.dir.glob("*.json")):
+            if path.name != HEAD_FILE and (data := self._read(path)) is not None:
+                out[str(data.get("node", path.stem))] = data
+        return out
+
+    def failed_peer(self) -> str | None:
+        """The reason of the first other node that failed, naming it."""
+        for node, data in self.peers().items():
+            if data.get("state") == "failed":
+                return f"{node}: {data.get('reason') or 'failed'}"
+        return None
+
+    def await_peers(self, count: int, state: NodeState, timeout_s: float) -> str | None:
+        """Wait until `count` other nodes report `state`; the reason it did not happen, or None."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if (failed := self.failed_peer()) is not None:
+                return failed
+            there = [n for n, data in self.peers().items() if data.get("state") == state]
+            if len(there) >= count:
+                return None
+            if time.monotonic() > deadline:
+                return f"{len(there)} of {count} other nodes {state} after {timeout_s:.0f} s"
+            time.sleep(POLL_S)
+
+    # the other nodes' side
+    def report(self, node: str, state: NodeState, reason: str | None = None) -> None:
+        record = {"job_id": self.job_id, "node": node, "state": state, "reason": reason, "at": time.time()}
+        atomic.write_json(self.dir / f"{node}.json", record)
+
+    def head(self) -> Head | None:
+        data = self._read(self.dir / HEAD_FILE)
+        if data is None:
+            return None
+        return Head(
+            node=str(data.get("node", "")),
+            address=str(data.get("address", "")),
+            rpc_port=int(data.get("rpc_port") or 0),
+            ended=bool(data.get("ended")),
+            reason=data.get("reason"),
+        )
+
+    def await_head(self, timeout_s: float) -> Head | None:
+        """The head once it has published where it listens (it may already have ended); None on time-out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            head = self.head()
+            if head is not None and (head.ended or head.rpc_port):
+                return head
+            time.sleep(POLL_S)
+        return None
+
+    def ended(self) -> bool:
+        head = self.head()
+        return head is not None and head.ended

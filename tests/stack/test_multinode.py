@@ -1,0 +1,96 @@
+"""A multinode point on the real local cluster: one vLLM engine across node01 and node02 (the head
+serving, node02 headless), the replay on the head, and every node torn down on every ending.
+Processes are found by the job's env marker in /proc, never by name; both fake nodes share this host,
+so one /proc scan covers both."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmx.results.schema import Result
+from tests.stack.conftest import MULTINODE_RECIPE, StackEnv, job_processes, kill, process_with_arg
+
+pytestmark = pytest.mark.stack
+
+RECIPE = Path(MULTINODE_RECIPE).name
+
+
+def _point_dir(env: StackEnv, point: dict[str, Any]) -> Path:
+    return next(env.results.rglob(f"points/{point['point_id']}"))
+
+
+def _ended(env: StackEnv, key: str) -> dict[str, Any]:
+    return env.wait_for(
+        key,
+        lambda s: s[0]["state"] not in ("pending", "running") and s[0]["stage"] in ("done", "failed", "cancelled"),
+        timeout_s=420,
+    )[0]
+
+
+def _in_replay_on_both_nodes(env: StackEnv, key: str) -> dict[str, Any]:
+    """The point once its replay runs, with the headless rank of node02 found among the job's processes."""
+    point = env.wait_for(key, lambda s: s[0]["stage"] == "replay" or s[0]["state"] in ("failed", "completed"))[0]
+    assert point["stage"] == "replay", point
+    time.sleep(3)
+    assert process_with_arg(point["job_id"], "--headless") is not None, job_processes(point["job_id"])
+    return point
+
+
+def test_multinode_point_completes_with_processes_on_both_nodes(stack_env: StackEnv) -> None:
+    stack_env.multinode_key("mn-done", [2])
+    stack_env.submit("mn-done")
+    point = _ended(stack_env, "mn-done")
+    assert point["state"] == "completed", point
+    pdir = _point_dir(stack_env, point)
+    result = Result.model_validate(json.loads((pdir / "result.json").read_text()))
+    assert result.slurmx is not None and result.slurmx.invalid_reason is None
+    assert result.is_multinode and result.prefill_num_workers == 2 and result.num_gpus == 2
+    assert result.slurmx.nodes == ["node01", "node02"]
+    head = (pdir / "commands" / "engine.txt").read_text()
+    worker = (pdir / "nodes" / "node02" / "commands" / "engine.txt").read_text()
+    assert "# node: node01" in head and "--headless" not in head
+    assert "# node: node02" in worker and "--headless" in worker and "--data-parallel-start-rank 1" in worker
+    assert (pdir / "nodes" / "node02" / "logs" / "engine.log").stat().st_size > 0
+    # both ranks served requests: the head's /metrics, as aiperf exported it, counts per engine
+    exported = json.loads((pdir / "aiperf" / "server_metrics_export.json").read_text())
+    served: dict[str, float] = {}
+    for series in exported["metrics"]["vllm:request_success"]["series"]:
+        engine = series["labels"]["engine"]
+        served[engine] = served.get(engine, 0.0) + series["stats"]["total"]
+    assert served.get("0", 0) > 0 and served.get("1", 0) > 0, served
+    assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
+
+
+def test_multinode_scancel_during_replay_leaves_nothing_on_either_node(stack_env: StackEnv) -> None:
+    stack_env.recipe(RECIPE, **{"replay.sessions-per-conc": 24})
+    stack_env.multinode_key("mn-cancel", [2])
+    stack_env.submit("mn-cancel")
+    point = _in_replay_on_both_nodes(stack_env, "mn-cancel")
+    assert stack_env.slurmx("cancel", "mn-cancel", "--results", str(stack_env.results))[0] == 0
+    point = _ended(stack_env, "mn-cancel")
+    assert point["state"] == "cancelled", point
+    assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
+    pdir = _point_dir(stack_env, point)
+    assert (pdir / "teardown.json").exists() and (pdir / "nodes" / "node02" / "teardown.json").exists()
+
+
+def test_worker_killed_on_the_second_node_fails_the_point_and_tears_down_the_head(stack_env: StackEnv) -> None:
+    stack_env.recipe(RECIPE, **{"replay.sessions-per-conc": 24})
+    stack_env.multinode_key("mn-fault", [2])
+    stack_env.submit("mn-fault")
+    point = _in_replay_on_both_nodes(stack_env, "mn-fault")
+    worker = process_with_arg(point["job_id"], "--headless")
+    assert worker is not None
+    kill(worker, signal.SIGKILL)
+    point = _ended(stack_env, "mn-fault")
+    assert point["state"] == "failed", point
+    assert "node02: engine exited with signal SIGKILL" in (point["reason"] or ""), point
+    assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
+    node02 = json.loads((_point_dir(stack_env, point) / "nodes" / "node02.json").read_text())
+    assert node02["state"] == "failed"

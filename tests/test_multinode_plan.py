@@ -1,0 +1,89 @@
+"""Multinode points: the nodes their workers need, the Slurm request per node, the per-node engine flags,
+what submit refuses, and the cluster check for N nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmx.config.load import load_clusters, load_masters
+from slurmx.engines.vllm import ENGINE
+from slurmx.errors import UserError
+from slurmx.inputs import load_inputs
+from slurmx.plan import NodeLayout, expand, node_layout
+from slurmx.slurm.cluster_check import NodeInfo, why_unrunnable
+from slurmx.slurm.sbatch import ArrayPlan, render_sbatch, slurm_parameters
+from slurmx.submit.resolved import check_submittable, resolve_points
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path("/work/shared/fixtures/inferencex")
+LOCAL_KEY = "tiny-fp32-local-vllm-agentic-multinode"
+KIMI_H200 = "kimik3-fp4-h200-vllm-agentic"
+
+
+def _node(name: str, gpus: int = 8, mem_mb: int = 16000) -> NodeInfo:
+    return NodeInfo(name, frozenset({"local"}), {"b300": gpus}, frozenset({"b300"}), mem_mb)
+
+
+def test_the_local_key_asks_for_two_nodes_with_one_gpu_each() -> None:
+    inputs = load_inputs(None, None, [LOCAL_KEY])
+    (item,) = resolve_points(inputs.points, inputs)
+    assert (item.request.nodes, item.request.gres) == (2, "gpu:b300:1")
+    assert item.serving is not None and (item.serving.nodes, item.serving.ranks_per_node) == (2, 1)
+    assert item.serving.engine_flags[-6:] == [
+        "--tensor-parallel-size", "1", "--data-parallel-size", "2", "--max-num-seqs", "4",
+    ]  # fmt: skip
+    params = slurm_parameters(
+        ArrayPlan(
+            folder=Path("/tmp/x"),
+            request=item.request,
+            job_name="j",
+            groups=[["p"]],
+            array_parallelism=1,
+            signal_delay_s=60,
+        )  # fmt: skip
+    )
+    assert (params["nodes"], params["ntasks_per_node"]) == (2, 1)
+    script = render_sbatch(ArrayPlan(folder=Path("/tmp/x"), request=item.request, job_name="j", groups=[["p"]],
+                                     array_parallelism=1, signal_delay_s=60))  # fmt: skip
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --gres=gpu:b300:1" in script
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="InferenceX fixtures not present")
+def test_kimi_k3_h200_shapes_need_four_nodes() -> None:
+    masters = load_masters([FIXTURES / "nvidia-master.yaml"])
+    clusters = load_clusters(FIXTURES / "runners.yaml")
+    points = [p for p in expand([KIMI_H200], masters, clusters)]
+    layouts = {(p.prefill.num_worker, p.prefill.tp): node_layout(p, 8) for p in points if p.prefill}
+    assert layouts[(2, 16)] == NodeLayout(nodes=4, gpus_per_node=8, ranks_per_node=0, ranks=2)
+    assert layouts[(4, 8)] == NodeLayout(nodes=4, gpus_per_node=8, ranks_per_node=1, ranks=4)
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="InferenceX fixtures not present")
+def test_disaggregated_points_plan_but_are_not_submitted() -> None:
+    masters = load_masters([FIXTURES / "nvidia-master.yaml"])
+    clusters = load_clusters(FIXTURES / "runners.yaml")
+    point = expand(["dsv4-fp4-gb200-dynamo-vllm-agentic-mtp-disagg"], masters, clusters)[0]
+    assert point.scenario == "agentic-coding" and point.disagg
+    assert node_layout(point, 8).nodes >= 2
+    with pytest.raises(UserError, match="disaggregated multinode points cannot be submitted yet") as refused:
+        check_submittable([point])
+    assert "needs GPUs and RDMA" in str(refused.value)
+
+
+def test_per_node_engine_flags_make_the_head_serve_and_the_others_headless() -> None:
+    assert ENGINE.node_flags(0, 1, "10.0.0.1", 4000) == [
+        "--data-parallel-size-local", "1", "--data-parallel-address", "10.0.0.1", "--data-parallel-rpc-port", "4000",
+    ]  # fmt: skip
+    assert ENGINE.node_flags(3, 2, "10.0.0.1", 4000)[-3:] == ["--headless", "--data-parallel-start-rank", "6"]
+
+
+def test_the_cluster_check_wants_enough_nodes_that_each_fit() -> None:
+    inputs = load_inputs(None, None, [LOCAL_KEY])
+    request = resolve_points(inputs.points, inputs)[0].request
+    assert why_unrunnable(request, {"local"}, [_node("node01"), _node("node02")]) is None
+    assert why_unrunnable(request, {"local"}, [_node("node01"), _node("node02", gpus=0)]) == (
+        "the point needs 2 nodes with gpu:b300:1, 6G of memory and features b300 each in partition 'local'; "
+        "1 have it (node01)"
+    )

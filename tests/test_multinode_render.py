@@ -1,0 +1,45 @@
+"""The reviewed render of the Kimi-K3 H200 aggregated multinode key (tests/golden/), read for its shape:
+each node's commands, the vllm-simple connector on every node, and the refused TP16 points."""
+
+from __future__ import annotations
+
+import re
+
+from tests.helpers.golden import golden_path
+
+KEY = "kimik3-fp4-h200-vllm-agentic"
+
+
+def _points(text: str) -> dict[str, str]:
+    """Each point's rendered block, by its exp name."""
+    blocks = re.split(r"^(?=# point )", text, flags=re.M)
+    return {b.split()[3]: b for b in blocks if b.startswith("# point ")}
+
+
+def test_every_tp8_point_renders_four_nodes_head_serving_and_three_headless() -> None:
+    points = _points(golden_path(KEY).read_text())
+    tp8 = {name: b for name, b in points.items() if "p4x8" in name}
+    assert len(tp8) == 25  # 12 none + 13 vllm-simple
+    for name, block in tp8.items():
+        engines = [line for line in block.splitlines() if " vllm serve " in line]
+        assert len(engines) == 4, name
+        head, *others = engines
+        assert "--headless" not in head and "--port 8888" in head
+        assert "--tensor-parallel-size 8 --data-parallel-size 4 --enable-expert-parallel" in head
+        for rank, line in enumerate(others, 1):
+            assert f"--headless --data-parallel-start-rank {rank}" in line, name
+            assert "--data-parallel-size-local 1 --data-parallel-address '$HEAD_ADDRESS'" in line
+        assert [f"## node {i} of 4: engine" in block for i in (1, 2, 3)] == [True] * 3
+        connector = "SimpleCPUOffloadConnector" in block
+        assert connector == ("vllm-simple" in block.splitlines()[0]), name
+        if connector:  # the node's budget (1234 GB for a TP8 worker) over its 8 ranks, on every node
+            assert all('"cpu_bytes_to_use_per_rank":154250000000' in line for line in engines), name
+
+
+def test_tp16_points_are_listed_refused_with_the_reason() -> None:
+    points = _points(golden_path(KEY).read_text())
+    tp16 = {name: b for name, b in points.items() if "p2x16" in name}
+    assert len(tp16) == 10
+    for block in tp16.values():
+        assert "# refused: a data-parallel rank spanning nodes" in block
+        assert " vllm serve " not in block
