@@ -44,15 +44,16 @@ def test_a_node_big_enough_passes_and_too_small_ones_are_refused_with_the_figure
     item = lmcache_point()
     need_mb, _ = submit.host_memory_need_mb(item)
     monkeypatch.setattr(cluster_check, "query_partitions", lambda: {item.request.partition})
+    monkeypatch.setattr(cluster_check, "query_kill_wait_s", lambda: 5)  # the local profile's kill-wait-s
     monkeypatch.setattr(
         cluster_check, "query_nodes", lambda: [node("small1", need_mb - 1, item), node("big1", need_mb, item)]
     )
-    submit.check_cluster([item])  # big1 holds it
+    submit.check_cluster([item], load_inputs(None, None, [KEY]))  # big1 holds it
     monkeypatch.setattr(
         cluster_check, "query_nodes", lambda: [node("small1", need_mb - 1, item), node("small2", 512, item)]
     )
     with pytest.raises(UserError) as caught:
-        submit.check_cluster([item])
+        submit.check_cluster([item], load_inputs(None, None, [KEY]))
     assert f"host memory: the point needs {need_mb} MB (lmcache pool " in str(caught.value)
     assert f"the largest node that fits its request (small1) has RealMemory={need_mb - 1} MB" in str(caught.value)
     assert str(caught.value).startswith(f"{KEY} point {item.point.point_id}")
@@ -61,3 +62,24 @@ def test_a_node_big_enough_passes_and_too_small_ones_are_refused_with_the_figure
 def test_a_point_without_a_pool_asks_nothing_more() -> None:
     item = lmcache_point()
     assert cluster_check.why_memory_short(item.request, 0, "", [node("tiny", 1, item)]) is None
+
+
+def test_a_profile_kill_wait_longer_than_the_clusters_is_refused_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Slurm SIGKILLs a cancelled job KillWait seconds after SIGTERM; a serving point's body plans its
+    replay's graceful stop within the profile's kill-wait-s, so a longer one is refused at submit."""
+    inputs = load_inputs(None, None, [KEY])
+    item = lmcache_point()
+    submit.check_kill_wait([item], inputs, 5)  # the profile says 5: fits
+    submit.check_kill_wait([item], inputs, None)  # a cluster that does not say: nothing to check
+    with pytest.raises(UserError) as caught:
+        submit.check_kill_wait([item], inputs, 4)
+    line = inputs.clusters.lines[item.point.runner]
+    assert str(caught.value) == (
+        f"{inputs.clusters.path}:{line}: hardware.cluster:local.slurm.kill-wait-s: 5 s (30 when unset) is longer "
+        "than this cluster's KillWait of 4 s (scontrol show config): Slurm would SIGKILL a cancelled point's "
+        "teardown; set kill-wait-s: 4"
+    )
+    command = dataclasses.replace(item, serving=None)  # no replay to stop: not refused
+    submit.check_kill_wait([command], inputs, 4)

@@ -100,8 +100,9 @@ def test_a_request_larger_than_every_node_is_refused_with_the_figures(monkeypatc
     node = NodeInfo("small1", frozenset({"local"}), {"b300": 8}, frozenset({"b300"}), asked - 1, sockets=2)
     monkeypatch.setattr(cluster_check, "query_partitions", lambda: {"local"})
     monkeypatch.setattr(cluster_check, "query_nodes", lambda: [node])
+    monkeypatch.setattr(cluster_check, "query_kill_wait_s", lambda: None)
     with pytest.raises(UserError) as caught:
-        submit.check_cluster([item])
+        submit.check_cluster([item], load_inputs(None, None, [LOCAL]))
     assert (
         f"host memory: the point needs {asked} MB (--mem={item.request.mem} = profile mem 6144 MB + {what}), "
         f"the largest node that fits its request (small1) has RealMemory={asked - 1} MB"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmx.slurm import cluster_check
 from slurmx.store.ledger import read_sweep
 from slurmx.store.tree import ResultsTree
 from tests.slurm.conftest import SlurmEnv
@@ -229,3 +230,8 @@ def test_a_key_mixing_gpu_counts_gets_one_array_per_request(slurm_env: SlurmEnv)
         ]
     finally:
         slurm_env.slurmx("cancel", "mixed", "--results", str(slurm_env.results))
+
+
+def test_the_clusters_kill_wait_is_read_from_scontrol(slurm_env: SlurmEnv) -> None:
+    """Submit compares a serving profile's kill-wait-s with this (tests/test_host_memory_at_submit.py)."""
+    assert cluster_check.query_kill_wait_s() == 5  # scripts/local-slurm.sh's KillWait

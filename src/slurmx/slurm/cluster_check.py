@@ -54,6 +54,13 @@ def query_nodes() -> list[NodeInfo]:
     return nodes
 
 
+def query_kill_wait_s() -> int | None:
+    """The cluster's KillWait (`scontrol show config`: "KillWait = 30 sec"), or None if it does not say."""
+    out = run_slurm(["scontrol", "show", "config"]).stdout
+    match = re.search(r"^KillWait\s*=\s*(\d+)", out, re.M)
+    return int(match.group(1)) if match else None
+
+
 def query_partitions() -> set[str]:
     out = run_slurm(["scontrol", "show", "partition", "--oneliner"]).stdout
     return {f["PartitionName"] for f in map(scontrol_fields, out.splitlines()) if "PartitionName" in f}

@@ -78,10 +78,11 @@ def host_memory_need_mb(item: Resolved) -> tuple[int, str]:
     return _need_of_spec(item.serving)
 
 
-def check_cluster(resolved: list[Resolved]) -> None:
+def check_cluster(resolved: list[Resolved], inputs: Inputs) -> None:
     """Can the cluster ever run each request? One query of nodes and partitions for all of them."""
     partitions = cluster_check.query_partitions()
     nodes = cluster_check.query_nodes()
+    check_kill_wait(resolved, inputs, cluster_check.query_kill_wait_s())
     for item in resolved:
         reason = cluster_check.why_unrunnable(item.request, partitions, nodes)
         if reason is None:
@@ -90,6 +91,23 @@ def check_cluster(resolved: list[Resolved]) -> None:
         if reason:
             p = item.point
             raise UserError(f"{p.config_key} point {p.point_id} ({p.exp_name}) can never run here: {reason}")
+
+
+def check_kill_wait(resolved: list[Resolved], inputs: Inputs, kill_wait_s: int | None) -> None:
+    """The job body fits the replay's graceful stop and the partial result into the profile's kill-wait-s;
+    on a cluster whose KillWait is shorter, Slurm's SIGKILL would cut that teardown short and leave the
+    replay's processes behind. Refused, naming the profile's field."""
+    for item in resolved:
+        slurm = item.profile.slurm
+        if kill_wait_s is None or slurm is None or item.serving is None or slurm.kill_wait_s <= kill_wait_s:
+            continue  # a command point has no replay to stop: its teardown grace is the supervisor's
+        runner = item.point.runner
+        line = inputs.clusters.lines.get(runner)
+        raise UserError(
+            f"{inputs.clusters.path}:{line}: hardware.{runner}.slurm.kill-wait-s: {slurm.kill_wait_s} s "
+            f"(30 when unset) is longer than this cluster's KillWait of {kill_wait_s} s (scontrol show config): "
+            f"Slurm would SIGKILL a cancelled point's teardown; set kill-wait-s: {kill_wait_s}"
+        )
 
 
 def submit_key(
@@ -123,7 +141,7 @@ def submit_key(
             return report
         if not chosen:
             return report
-        check_cluster(chosen)
+        check_cluster(chosen, inputs)
         profile = chosen[0].profile
         record = ledger.new_sweep(sweep, points, inputs.masters.files, inputs.clusters.path, profile)
         ledger.write_sweep(sweep, record)
