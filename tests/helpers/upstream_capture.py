@@ -97,6 +97,7 @@ def launcher_env(point: Point, upstream: Upstream, result_dir: Path, home: Path)
         "FRAMEWORK": point.framework,
         "IMAGE": point.image,
         "TP": str(point.tp),
+        "GPU_COUNT": str(point.tp),  # the launchers export GPU_COUNT=${GPU_COUNT:-$TP} for salloc
         "PP_SIZE": str(point.pp),
         "DCP_SIZE": str(point.dcp_size),
         "PCP_SIZE": str(point.pcp_size),
