@@ -53,7 +53,7 @@ def start(
     monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path), *dirs]))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2] / "src"))
     runtime = runtime_for(record.cluster_profile, record.point.image)
-    with Supervisor(point.path, "t15-numa") as sup:
+    with Supervisor(point.path, f"t15-numa-{os.getpid()}") as sup:
         servers = serving_body.start_servers(member, runtime, sup)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and "cpus" not in (point.path / "logs" / "lmcache.log").read_text():

@@ -154,7 +154,7 @@ def test_sampler_runs_supervised_and_stops_with_the_job(tmp_path: Path) -> None:
         "CUDA_VISIBLE_DEVICES": "0",
     }
     started = time.time()
-    with Supervisor(tmp_path / "point", "t15-telemetry") as sup:
+    with Supervisor(tmp_path / "point", f"t15-telemetry-{os.getpid()}") as sup:
         sampler = sup.start("telemetry", telemetry.telemetry_argv(sys.executable, tdir, 0.1), base_env=env)
         assert telemetry.await_sample_after(tdir, started + 0.5, timeout_s=20)
         assert sup.poll(sampler) is None  # samples until the job ends

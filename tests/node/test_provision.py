@@ -3,6 +3,7 @@ the point with a one-line reason, and LMCache's fallback guard once its server i
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def test_the_container_installs_aiperf_from_the_profiles_source_into_its_own_ven
 
 def test_a_version_other_than_the_pin_fails_the_point_in_one_line(tmp_path: Path) -> None:
     # this interpreter's environment has no lmcache at all: provisioning says so before any server starts
-    with Supervisor(tmp_path, "prov-1") as sup, pytest.raises(PointFailed) as caught:
+    with Supervisor(tmp_path, f"prov-1-{os.getpid()}") as sup, pytest.raises(PointFailed) as caught:
         provision.run(_spec(), _venv(tmp_path), sup)
     assert str(caught.value) == (
         "provision: version lmcache failed: lmcache is not installed in the engine environment (the config pins 0.5.6)"
@@ -81,7 +82,7 @@ def test_a_version_other_than_the_pin_fails_the_point_in_one_line(tmp_path: Path
 
 def test_an_engine_environment_without_the_connector_fails_the_point_before_any_server(tmp_path: Path) -> None:
     # no version pin to read back: the connector import check is the first to find lmcache missing
-    with Supervisor(tmp_path, "prov-0") as sup, pytest.raises(PointFailed) as caught:
+    with Supervisor(tmp_path, f"prov-0-{os.getpid()}") as sup, pytest.raises(PointFailed) as caught:
         provision.run(_spec(version=None), _venv(tmp_path), sup)
     assert str(caught.value) == (
         f"provision: import-check {CONNECTOR_MODULE} failed: ModuleNotFoundError: No module named 'lmcache'"
@@ -114,6 +115,6 @@ def test_lmcache_falling_back_to_torch_ops_fails_the_point(tmp_path: Path, monke
     runtime = VenvRuntime(engine_python=sys.executable, lmcache_bin=str(fake), aiperf_bin=sys.executable)
     monkeypatch.setattr(serving_body, "preflight", lambda *a, **k: [])  # no GPUs or model here
     monkeypatch.setattr(provision, "run", lambda *a: provision.Provisioned())  # tested above, for real
-    with Supervisor(point.path, "guard-1") as sup, pytest.raises(PointFailed) as caught:
+    with Supervisor(point.path, f"guard-1-{os.getpid()}") as sup, pytest.raises(PointFailed) as caught:
         start_servers(Member(point, record, StageRecorder(point)), runtime, sup)
     assert str(caught.value) == "LMCache fell back to torch ops (no compiled extension) (lmcache.log:1)"

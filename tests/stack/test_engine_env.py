@@ -3,6 +3,7 @@ import-checks the LMCache connector. Moved out of tests/node: they start the eng
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -37,12 +38,12 @@ def test_the_engine_venv_is_provisioned_for_real(tmp_path: Path, engine_python: 
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "config.json").write_text("{}")
     runtime = _venv(tmp_path, engine_python)
-    with Supervisor(tmp_path, "prov-2") as sup, pytest.raises(PointFailed) as caught:
+    with Supervisor(tmp_path, f"prov-2-{os.getpid()}") as sup, pytest.raises(PointFailed) as caught:
         provision.run(_spec("0.0.1"), runtime, sup)
     assert str(caught.value) == (
         "provision: version lmcache failed: lmcache 0.5.6 is installed in the engine environment, the config pins 0.0.1"
     )
-    with Supervisor(tmp_path / "ok", "prov-3") as sup:
+    with Supervisor(tmp_path / "ok", f"prov-3-{os.getpid()}") as sup:
         done = provision.run(_spec(), runtime, sup)
     assert done.versions == {"lmcache": "0.5.6"}
     preload = done.env["lmcache"]["LD_PRELOAD"].split(":")
