@@ -9,6 +9,9 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
+from slurmx.node import ports as ports_mod
 from slurmx.node.ports import free_port, free_ports
 from slurmx.node.procscan import MARKER_ENV, find_job_processes, is_running, kill_survivors
 from slurmx.node.redact import REDACTED, is_secret_name, redact_argv, redact_env
@@ -52,12 +55,28 @@ def test_kill_survivors_spares_the_caller_and_its_parents() -> None:
     assert sibling.wait(timeout=5) == -9
 
 
-def test_free_ports_are_distinct_and_bindable() -> None:
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    """Outgoing connections take their source ports from the ephemeral range: a port chosen there can be
+    taken before its server binds it (a multinode head's RPC port was, by another rank's connection)."""
     ports = free_ports(8)
     assert len(set(ports)) == 8
+    assert all(ports_mod.LOWEST <= p < ports_mod.ephemeral_low() for p in ports), ports
     for port in [*ports, free_port()]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_a_taken_port_is_never_chosen_and_the_kernel_fills_in_when_the_range_is_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        monkeypatch.setattr(ports_mod, "LOWEST", taken)
+        monkeypatch.setattr(ports_mod, "ephemeral_low", lambda: taken + 2)  # room for one: taken, taken + 1
+        assert free_ports(1) == [taken + 1]  # the range's only free port (taken + 1 is in the kernel's range)
+        three = free_ports(3)  # more than the range holds: the kernel gives the rest
+        assert taken not in three and len(set(three)) == 3
 
 
 def test_secret_names_are_matched_by_whole_word() -> None:
