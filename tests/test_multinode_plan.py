@@ -3,18 +3,21 @@ what submit refuses, and the cluster check for N nodes."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from slurmx.config.clusters import ClusterProfile
 from slurmx.config.load import load_clusters, load_masters
+from slurmx.engines.base import NodePart
 from slurmx.engines.vllm import ENGINE
 from slurmx.errors import UserError
 from slurmx.inputs import load_inputs
-from slurmx.plan import NodeLayout, expand, node_layout
+from slurmx.plan import NodeLayout, Point, expand, node_layout
 from slurmx.slurm.cluster_check import NodeInfo, why_unrunnable
 from slurmx.slurm.sbatch import ArrayPlan, render_sbatch, slurm_parameters
-from slurmx.submit.resolved import check_submittable, resolve_points
+from slurmx.submit.resolved import check_submittable, resolve_points, why_not_runnable
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path("/work/shared/fixtures/inferencex")
@@ -73,10 +76,35 @@ def test_disaggregated_points_plan_but_are_not_submitted() -> None:
 
 
 def test_per_node_engine_flags_make_the_head_serve_and_the_others_headless() -> None:
-    assert ENGINE.node_flags(0, 1, "10.0.0.1", 4000) == [
+    assert ENGINE.node_flags(NodePart(0, "10.0.0.1", 4000, 5000), 4, 1) == [
         "--data-parallel-size-local", "1", "--data-parallel-address", "10.0.0.1", "--data-parallel-rpc-port", "4000",
     ]  # fmt: skip
-    assert ENGINE.node_flags(3, 2, "10.0.0.1", 4000)[-3:] == ["--headless", "--data-parallel-start-rank", "6"]
+    flags = ENGINE.node_flags(NodePart(3, "10.0.0.1", 4000, 5000), 4, 2)
+    assert flags[-3:] == ["--headless", "--data-parallel-start-rank", "6"] and "--nnodes" not in flags
+
+
+def test_a_rank_wider_than_a_node_joins_one_torch_world_with_its_node_rank() -> None:
+    head = ENGINE.node_flags(NodePart(0, "10.0.0.1", 4000, 5000), 2, 0)
+    assert head == [
+        "--data-parallel-address", "10.0.0.1", "--data-parallel-rpc-port", "4000",
+        "--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1", "--master-port", "5000",
+    ]  # fmt: skip
+    assert ENGINE.node_flags(NodePart(1, "10.0.0.1", 4000, 5000), 2, 0) == [*head[:7], "1", *head[8:], "--headless"]
+
+
+def test_a_rank_that_does_not_fill_whole_nodes_is_not_runnable() -> None:
+    point = load_inputs(None, None, [LOCAL_KEY]).points[0]
+    assert point.prefill is not None
+    eight_gpu_nodes = ClusterProfile(available_cpu_dram_mib=1024, gpus_per_node=8)
+
+    def with_tp(tp: int) -> Point:
+        return dataclasses.replace(point, prefill=point.prefill.model_copy(update={"tp": tp, "num_worker": 1}))
+
+    assert why_not_runnable(with_tp(12), eight_gpu_nodes) == (
+        "a data-parallel rank of 12 GPUs does not fill whole 8-GPU nodes "
+        "(vLLM's --nnodes launch gives each node an equal share of the rank)"
+    )
+    assert why_not_runnable(with_tp(16), eight_gpu_nodes) is None
 
 
 def test_the_cluster_check_wants_enough_nodes_that_each_fit() -> None:

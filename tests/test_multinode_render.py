@@ -1,5 +1,5 @@
 """The reviewed render of the Kimi-K3 H200 aggregated multinode key (tests/golden/), read for its shape:
-each node's commands, the vllm-simple connector on every node, and the refused TP16 points."""
+each node's commands, the vllm-simple connector on every node, and the TP16 points' ranks over two nodes."""
 
 from __future__ import annotations
 
@@ -36,10 +36,18 @@ def test_every_tp8_point_renders_four_nodes_head_serving_and_three_headless() ->
             assert all('"cpu_bytes_to_use_per_rank":154250000000' in line for line in engines), name
 
 
-def test_tp16_points_are_listed_refused_with_the_reason() -> None:
+def test_tp16_points_span_two_nodes_per_rank_in_one_torch_world() -> None:
+    """TP16 x DP2 on 8-GPU nodes: each rank over two nodes, vLLM's --nnodes/--node-rank launch with the
+    head as torch.distributed master; every node but the head headless."""
     points = _points(golden_path(KEY).read_text())
     tp16 = {name: b for name, b in points.items() if "p2x16" in name}
     assert len(tp16) == 10
-    for block in tp16.values():
-        assert "# refused: a data-parallel rank spanning nodes" in block
-        assert " vllm serve " not in block
+    for name, block in tp16.items():
+        assert "# refused" not in block, name
+        engines = [line for line in block.splitlines() if " vllm serve " in line]
+        assert len(engines) == 4, name
+        for rank, line in enumerate(engines):
+            assert "--tensor-parallel-size 16 --data-parallel-size 2" in line
+            assert f"--nnodes 4 --node-rank {rank} --master-addr '$HEAD_ADDRESS' --master-port 29501" in line
+            assert ("--headless" in line) == (rank > 0) and ("--port 8888" in line)
+            assert "--data-parallel-start-rank" not in line and "--data-parallel-size-local" not in line

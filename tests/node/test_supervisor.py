@@ -316,6 +316,24 @@ def test_signal_to_job_body_leaves_no_process_behind(tmp_path: Path, marker: str
     assert report["reason"] == f"signal {signal.Signals(signum).name}"
 
 
+def test_a_supervisor_killed_outright_takes_its_children_with_it(tmp_path: Path, marker: str) -> None:
+    """SIGKILL (out of memory, a multinode task killed) runs no teardown: each child started by the
+    supervisor gets its own stop signal from the kernel when the supervisor's process dies."""
+    argv = [PY, str(RUNNER), str(tmp_path), marker, str(free_port()), "stay", "5", "sleep"]
+    runner = subprocess.Popen(argv)
+    try:
+        wait_for(lambda: (tmp_path / "runner-ready").exists() or runner.poll() is not None)
+        tree = tree_pids(tmp_path / "tree.json")["tree"]
+        assert isinstance(tree, list) and running(tree[0])
+        runner.kill()
+        runner.wait()
+        wait_for(lambda: not running(tree[0]), timeout_s=5.0)  # the direct child: SIGTERM, its stop signal
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+
+
 def test_sigterm_while_body_blocks_in_wait_leaves_no_process_behind(tmp_path: Path, marker: str) -> None:
     code, outcome, tree = run_signalled_body(tmp_path, marker, [signal.SIGTERM], body="wait")
     assert_job_gone(marker, tree)

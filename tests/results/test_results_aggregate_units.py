@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from slurmx.results.aggregate import _error_category, _qps, _theoretical_hit_rate, compute_server_metrics
+from slurmx.results.aggregate import (
+    _error_category,
+    _qps,
+    _theoretical_hit_rate,
+    compute_server_metrics,
+    engine_counters,
+    requests_by_rank,
+)
 
 S = 1_000_000_000  # ns per second
 
@@ -151,6 +158,28 @@ def test_scrapes_win_over_the_export_but_the_exports_gauge_maxima_count() -> Non
     assert (metrics.cache.prefix_cache_hits, metrics.cache.prefix_cache_queries) == (100, 200)
     assert metrics.kv_cache.gpu_usage_pct == 0.7  # the export saw more over the window than the last scrape
     assert metrics.metric_count == 3
+
+
+def test_requests_per_data_parallel_rank_come_from_the_engine_label_over_the_window() -> None:
+    """Two ranks behind one API server (a multinode point): each rank's finished requests over the
+    window, summed over finish reasons; one rank alone gives no split."""
+    line = 'vllm:request_success_total{{engine="{e}",finished_reason="{r}",model_name="tiny"}} {n}\n'
+    before = line.format(e=0, r="stop", n=4) + line.format(e=1, r="stop", n=1) + line.format(e=10, r="stop", n=0)
+    after = (
+        line.format(e=0, r="stop", n=9) + line.format(e=0, r="length", n=2)
+        + line.format(e=1, r="stop", n=8) + line.format(e=10, r="stop", n=3)
+    )  # fmt: skip
+    counters, source = engine_counters({}, before, after)
+    assert source == "scrape-delta"
+    assert requests_by_rank(counters) == {"0": 7, "1": 7, "10": 3}
+    before, after = before.replace('"1"', '"2"'), after.replace('"1"', '"2"')
+    assert list(requests_by_rank(engine_counters({}, before, after)[0]) or {}) == ["0", "2", "10"]  # rank order
+    export = {"metrics": {"vllm:request_success": {"type": "counter", "series": [
+        {"labels": {"engine": "0"}, "stats": {"total": 5}}, {"labels": {"engine": "1"}, "stats": {"total": 6}},
+    ]}}}  # fmt: skip
+    assert requests_by_rank(engine_counters(export, None, None)[0]) == {"0": 5, "1": 6}
+    single = engine_counters({}, "", line.format(e=0, r="stop", n=3))[0]
+    assert requests_by_rank(single) is None
 
 
 def test_no_engine_metrics_at_all_is_said_and_tokens_come_from_the_records() -> None:

@@ -146,9 +146,10 @@ class StackEnv:
         }
         (self.configs / f"{name}-master.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
-    def multinode_key(self, name: str, concs: list[int], workers: int = 2) -> None:
-        """The local multinode key's shape (configs/local-multinode-master.yaml): one engine rank per node."""
-        worker = {"num-worker": workers, "tp": 1, "ep": 1, "dp-attn": False}
+    def multinode_key(self, name: str, concs: list[int], workers: int = 2, tp: int = 1) -> None:
+        """The local multinode key's shape (configs/local-multinode-master.yaml): one engine rank per node,
+        or with tp=2 one rank over both nodes (a stand-in GPU each)."""
+        worker = {"num-worker": workers, "tp": tp, "ep": 1, "dp-attn": False}
         entry = {"kv-offloading": "none", "conc-list": concs, "prefill": worker, "decode": {**worker, "num-worker": 0}}
         doc = {
             name: {

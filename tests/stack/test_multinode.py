@@ -6,6 +6,7 @@ so one /proc scan covers both."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -64,6 +65,31 @@ def test_multinode_point_completes_with_processes_on_both_nodes(stack_env: Stack
         engine = series["labels"]["engine"]
         served[engine] = served.get(engine, 0.0) + series["stats"]["total"]
     assert served.get("0", 0) > 0 and served.get("1", 0) > 0, served
+    # the same split from the engine's own scrapes around the replay, in result.json and collect's table
+    ranks = result.slurmx.requests_by_rank or {}
+    assert sorted(ranks) == ["0", "1"] and min(ranks.values()) > 0, ranks
+    code, out, _ = stack_env.slurmx("collect", "mn-done", "--results", str(stack_env.results))
+    assert code == 0 and f"ran on node01, node02, requests by data-parallel rank 0:{ranks['0']} 1:{ranks['1']}" in out
+    assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
+
+
+def test_a_rank_over_two_nodes_runs_in_one_torch_world(stack_env: StackEnv) -> None:
+    """TP2 with one stand-in GPU per node: vLLM's --nnodes/--node-rank launch, the head as the rank's
+    torch.distributed master and node02 running the rank's second worker headless."""
+    stack_env.multinode_key("mn-tp", [2], workers=1, tp=2)
+    stack_env.submit("mn-tp")
+    point = _ended(stack_env, "mn-tp")
+    assert point["state"] == "completed", point
+    pdir = _point_dir(stack_env, point)
+    result = Result.model_validate(json.loads((pdir / "result.json").read_text()))
+    assert result.slurmx is not None and result.slurmx.invalid_reason is None, result.slurmx
+    assert result.slurmx.nodes == ["node01", "node02"] and result.num_gpus == 2
+    head = (pdir / "commands" / "engine.txt").read_text()
+    worker = (pdir / "nodes" / "node02" / "commands" / "engine.txt").read_text()
+    assert "--tensor-parallel-size 2" in head and "--nnodes 2 --node-rank 0 --master-addr" in head
+    assert "--nnodes 2 --node-rank 1 --master-addr" in worker and "--headless" in worker
+    # node02 ran the rank's second tensor-parallel worker: vLLM's headless executor says so in its log
+    assert "headless multiproc executor" in (pdir / "nodes" / "node02" / "logs" / "engine.log").read_text()
     assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
 
 
@@ -94,3 +120,26 @@ def test_worker_killed_on_the_second_node_fails_the_point_and_tears_down_the_hea
     assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
     node02 = json.loads((_point_dir(stack_env, point) / "nodes" / "node02.json").read_text())
     assert node02["state"] == "failed"
+
+
+def _parent(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+
+
+def test_a_node_task_killed_without_a_word_fails_the_point_by_its_heartbeat(stack_env: StackEnv) -> None:
+    """node02's slurmx task SIGKILLed (no report, no teardown of its own): its heartbeat stops, the head
+    fails the point naming the silent node and tears down; nothing of the job is left on either node."""
+    stack_env.recipe(RECIPE, **{"replay.sessions-per-conc": 24})
+    stack_env.multinode_key("mn-silent", [2])
+    stack_env.submit("mn-silent")
+    point = _in_replay_on_both_nodes(stack_env, "mn-silent")
+    rank = process_with_arg(point["job_id"], "--headless")
+    assert rank is not None
+    task = _parent(rank)  # the supervisor that started node02's rank: that node's slurmx task
+    assert "submitit" in Path(f"/proc/{task}/cmdline").read_text(), Path(f"/proc/{task}/cmdline").read_text()
+    kill(task, signal.SIGKILL)
+    point = _ended(stack_env, "mn-silent")
+    assert point["state"] == "failed", point
+    assert re.search(r"node02: no heartbeat for \d+ s \(its task is gone\)", point["reason"] or ""), point
+    assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])

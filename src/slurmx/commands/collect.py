@@ -271,6 +271,11 @@ def _print_tables(collection: col.Collection) -> None:
                 for cells in group_rows:
                     table.add_row(*cells)
             console.print(table)
+        for row in rows:  # a multinode point: its nodes and how its data-parallel ranks shared the requests
+            v = row.values
+            if v["nodes"]:
+                ranks = f", requests by data-parallel rank {v['requests_by_rank']}" if v["requests_by_rank"] else ""
+                sys.stdout.write(f"  {v['exp_name']} ran on {v['nodes'].replace(';', ', ')}{ranks}\n")
         bases = sorted({r.values["baseline_arm"] for r in rows if r.values["baseline_arm"]})
         if bases:
             sys.stdout.write(f"  ratios are over the {' / '.join(bases)} arm at the same parallelism and concurrency\n")

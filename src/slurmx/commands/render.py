@@ -35,6 +35,7 @@ POINT_DIR = Path("$POINT_DIR")
 # A multinode point's head: its address (Slurm's NodeAddr) and data-parallel RPC port are chosen at run time.
 HEAD_ADDRESS = "$HEAD_ADDRESS"
 REVIEW_RPC_PORT = 28888
+REVIEW_MASTER_PORT = 29501  # torch.distributed's, when a rank spans nodes (chosen free on the head at run time)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -75,7 +76,11 @@ def point_processes(item: Resolved) -> list[Process]:
     ports = review_ports(spec)
     # the NUMA placement as the job body applies it, with the GPUs' NUMA nodes still to be read on the node
     prefix = numa.review_prefix(item.profile.node.numa_policy if item.profile.node else "none")
-    parts = [NodePart(i, HEAD_ADDRESS, REVIEW_RPC_PORT) for i in range(spec.nodes)] if spec.nodes > 1 else [None]
+    parts = (
+        [NodePart(i, HEAD_ADDRESS, REVIEW_RPC_PORT, REVIEW_MASTER_PORT) for i in range(spec.nodes)]
+        if spec.nodes > 1
+        else [None]
+    )
     servers = []
     for part in parts:  # the head (or the only node), then each other node's servers and headless ranks
         for process in launch_plan(spec, ports, runtime, provision.review_env(spec), part).servers:

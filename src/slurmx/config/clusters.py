@@ -83,6 +83,9 @@ class NodeProfile(_Model):
     clean_shm: bool = False  # remove an earlier LMCache server's /dev/shm segments (no live process maps them)
     # the LMCache server's L1 pool: bound to the NUMA nodes of the point's GPUs, interleaved across them, or left
     numa_policy: NumaPolicy = "none"
+    # A multinode point's node whose heartbeat file is older than this is taken for gone (its task died):
+    # above the results tree's attribute caching (NFS's acdirmax defaults to 60 s).
+    heartbeat_stale_s: PositiveInt = 90
 
 
 class ClusterProfile(_Model):

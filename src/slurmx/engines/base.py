@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from slurmx.plan import Point
+
+
+@dataclass(frozen=True)
+class NodePart:
+    """One node's part of a multinode engine: its index (0: the head, which serves the API) and where the
+    head listens (data-parallel RPC port; torch.distributed master port when a rank spans nodes)."""
+
+    index: int
+    head_address: str
+    rpc_port: int
+    master_port: int = 0
 
 
 class Engine(Protocol):
@@ -22,8 +34,9 @@ class Engine(Protocol):
         flags: list[str], connector: dict[str, Any] | None,
     ) -> list[str]: ...  # fmt: skip
 
-    def node_flags(self, node_index: int, ranks_per_node: int, head_address: str, rpc_port: int) -> list[str]:
-        """Node `node_index`'s part of a multinode engine (0 is the head, which serves the API)."""
+    def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
+        """`part`'s flags in an engine over `nodes` nodes with `ranks_per_node` whole data-parallel ranks on
+        each (0: each rank spans several nodes)."""
         ...
 
     def cache_reset_path(self) -> str | None:

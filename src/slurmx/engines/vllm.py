@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from slurmx.engines.base import NodePart
 from slurmx.plan import Point
 
 
@@ -14,7 +15,8 @@ class VLLM:
         "--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel", "--pipeline-parallel-size",
         "--decode-context-parallel-size", "--max-num-seqs", "--kv-transfer-config", "--host", "--port",
         "--served-model-name", "--model", "--data-parallel-size-local", "--data-parallel-address",
-        "--data-parallel-rpc-port", "--data-parallel-start-rank", "--headless",
+        "--data-parallel-rpc-port", "--data-parallel-start-rank", "--headless", "--nnodes", "--node-rank",
+        "--master-addr", "--master-port",
     })  # fmt: skip
     metrics_path = "/metrics"
     # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
@@ -44,17 +46,20 @@ class VLLM:
             argv += ["--kv-transfer-config", json.dumps(connector, separators=(",", ":"))]
         return argv
 
-    def node_flags(self, node_index: int, ranks_per_node: int, head_address: str, rpc_port: int) -> list[str]:
-        """One node's part of a multinode engine: the head serves the API; the others run headless ranks
-        that register with it over the data-parallel RPC port."""
-        flags = [
-            "--data-parallel-size-local", str(ranks_per_node),
-            "--data-parallel-address", head_address,
-            "--data-parallel-rpc-port", str(rpc_port),
-        ]  # fmt: skip
-        if node_index:
-            flags += ["--headless", "--data-parallel-start-rank", str(node_index * ranks_per_node)]
-        return flags
+    def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
+        """One node's part of a multinode engine: the head serves the API, the others are headless. Whole
+        ranks per node: each node starts its own ranks, which register over the data-parallel RPC port. A
+        rank wider than a node: one torch.distributed world over every node (master on the head), vLLM's
+        --nnodes/--node-rank launch, each rank's first node running its engine core."""
+        flags = ["--data-parallel-address", part.head_address, "--data-parallel-rpc-port", str(part.rpc_port)]
+        if ranks_per_node:
+            flags = ["--data-parallel-size-local", str(ranks_per_node), *flags]
+            if part.index:
+                flags += ["--headless", "--data-parallel-start-rank", str(part.index * ranks_per_node)]
+            return flags
+        flags += ["--nnodes", str(nodes), "--node-rank", str(part.index)]
+        flags += ["--master-addr", part.head_address, "--master-port", str(part.master_port)]
+        return [*flags, "--headless"] if part.index else flags
 
     def cache_reset_path(self) -> str | None:
         # needs VLLM_SERVER_DEV_MODE=1; reset_external also clears the connector's view

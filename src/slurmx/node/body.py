@@ -6,21 +6,20 @@ supervisor tears every process down before the next point starts or the job exit
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 
 from slurmx.node import procscan
 from slurmx.node.command_body import run_command_point
-from slurmx.node.multinode import Rendezvous, this_task
+from slurmx.node.multinode import STALE_S, Rendezvous, this_task
 from slurmx.node.recorder import StageRecorder, job_marker, restart_count, slurm_job_id
 from slurmx.node.serving_body import Member, run_group
-from slurmx.node.supervisor import JobInterrupted, Supervisor
+from slurmx.node.supervisor import JOB_TEARDOWN_GRACE_S, JobInterrupted, Supervisor
 from slurmx.node.worker_body import run_worker
 from slurmx.runtimes import runtime_for
 from slurmx.store.ledger import read_point
 from slurmx.store.tree import SweepDir
-
-TEARDOWN_GRACE_S = 4.0  # below Slurm's KillWait, so our KILL comes before Slurm's
 
 
 def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
@@ -42,7 +41,12 @@ def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
     if spec is not None and spec.nodes > 1:
         task = this_task()
         # the attempt too: a requeued job keeps its id, and the earlier attempt's files must not count
-        rendezvous = Rendezvous(members[0].point.path, f"{slurm_job_id() or 'local'}.{restart_count()}")
+        node_profile = members[0].record.cluster_profile.node
+        rendezvous = Rendezvous(
+            members[0].point.path,
+            f"{slurm_job_id() or 'local'}.{restart_count()}",
+            stale_s=node_profile.heartbeat_stale_s if node_profile else STALE_S,
+        )
         if task.index:  # not the head: this node's ranks until the head ends; state.json is the head's
             return {**outcomes, **run_worker(members, task, rendezvous)}
     if restart_count():
@@ -60,8 +64,9 @@ def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
     members[0].recorder.started()
     first = members[0].record
     runtime = runtime_for(first.cluster_profile, first.point.image)
+    beating = rendezvous.beating(this_task().name) if rendezvous is not None else contextlib.nullcontext()
     try:
-        with Supervisor(members[0].point.path, job_marker(), grace_s=TEARDOWN_GRACE_S) as supervisor:
+        with beating, Supervisor(members[0].point.path, job_marker(), grace_s=JOB_TEARDOWN_GRACE_S) as supervisor:
             if runtime.serves:
                 run_group(members, supervisor, outcomes, rendezvous)
             else:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurmx import backends, engines
+from slurmx.engines.base import NodePart as NodePart  # re-exported: the node body builds parts
 from slurmx.node.replay import production_argv, synthetic_argv
 from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
 from slurmx.recipes.spec import DRAFT_PATH, ServingSpec
@@ -19,15 +20,6 @@ from slurmx.runtimes import Runtime
 
 ROUTER = "router"
 ENGINE = "engine"
-
-
-@dataclass(frozen=True)
-class NodePart:
-    """This node's part of a multinode engine: its index (0: the head) and where the head listens."""
-
-    index: int
-    head_address: str
-    rpc_port: int
 
 
 @dataclass
@@ -101,7 +93,7 @@ def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime, part: 
         engine_port(spec, ports), flags, backend.connector_config(spec.backend, ports),
     )  # fmt: skip
     if part is not None:
-        argv += engine.node_flags(part.index, spec.ranks_per_node, part.head_address, part.rpc_port)
+        argv += engine.node_flags(part, spec.nodes, spec.ranks_per_node)
     engine_env = {**COMMON_ENV, **spec.env}
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home

@@ -6,19 +6,27 @@ as a single-node point does, with its engine serving the API; the other nodes ru
 that register with it. They talk through small JSON files under `points/<id>/nodes/` on the shared
 results tree: `head.json` (the head's node, address and data-parallel RPC port, and whether the
 deployment is over) and `<node>.json` per other node (starting, running, failed with a reason, ended).
-Each file names the Slurm job, so files of an earlier attempt are never read as this one's.
+Each file names the Slurm job, so files of an earlier attempt are never read as this one's. Every node's
+task also rewrites `<node>.beat` while it runs, so a task that died without a word (SIGKILL, OOM, a node
+gone) is noticed by the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from slurmx.engines.base import NodePart
 from slurmx.errors import UserError
+from slurmx.node.recorder import PointFailed
 from slurmx.slurm.cluster_check import scontrol_fields
 from slurmx.slurm.commands import run_slurm
 from slurmx.store import atomic
@@ -26,6 +34,11 @@ from slurmx.store import atomic
 NODES_DIR = "nodes"
 HEAD_FILE = "head.json"
 POLL_S = 1.0
+BEAT_S = 2.0  # each node's task rewrites <node>.beat this often while it runs
+# A node whose beat is older is gone (its task killed, its node down): above NFS's default attribute
+# cache (acdirmax 60 s), so a shared results tree that shows files late is not taken for a dead node.
+# The cluster profile's node.heartbeat-stale-s sets it per cluster.
+STALE_S = 90
 
 NodeState = Literal["starting", "running", "failed", "ended"]
 
@@ -48,6 +61,18 @@ def this_task() -> NodeTask:
     )
 
 
+def head_node() -> str | None:
+    """The allocation's first node, where task 0 (the head) runs; None outside a Slurm job."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not nodelist:
+        return None
+    try:
+        names = run_slurm(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+    except UserError:
+        return None
+    return names[0] if names else None
+
+
 def node_address(name: str) -> str:
     """The address other nodes reach `name` at: Slurm's NodeAddr for it, as an IP (ZMQ binds to IPs)."""
     address = name
@@ -67,6 +92,7 @@ class Head:
     node: str
     address: str
     rpc_port: int
+    master_port: int
     ended: bool
     reason: str | None
 
@@ -74,9 +100,39 @@ class Head:
 class Rendezvous:
     """The nodes/ directory of one point for one Slurm job."""
 
-    def __init__(self, point_dir: Path, job_id: str) -> None:
+    def __init__(self, point_dir: Path, job_id: str, stale_s: float = STALE_S) -> None:
         self.dir = point_dir / NODES_DIR
         self.job_id = job_id
+        self.stale_s = stale_s
+
+    @contextmanager
+    def beating(self, node: str, every_s: float = BEAT_S) -> Iterator[None]:
+        """`node`'s heartbeat for as long as the block runs (a thread: the task's main loop may be busy)."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while True:
+                record = {"job_id": self.job_id, "node": node, "at": time.time()}
+                with contextlib.suppress(OSError):  # a full or flaky shared filesystem: again at the next beat
+                    atomic.write_json(self.dir / f"{node}.beat", record)
+                if stop.wait(every_s):
+                    return
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{node}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=every_s + 1)
+
+    def silent(self, node: str) -> str | None:
+        """Why `node` is taken for gone (its heartbeat stopped), or None while it beats or never beat."""
+        data = self._read(self.dir / f"{node}.beat")
+        if data is None:
+            return None
+        quiet = time.time() - float(data.get("at") or 0)
+        return f"{node}: no heartbeat for {quiet:.0f} s (its task is gone)" if quiet > self.stale_s else None
 
     def node_dir(self, node: str) -> Path:
         """Where a node other than the head keeps its commands/ and logs/."""
@@ -90,8 +146,9 @@ class Rendezvous:
         return data if isinstance(data, dict) and data.get("job_id") == self.job_id else None
 
     # the head's side
-    def publish_head(self, node: str, address: str, rpc_port: int, node_count: int) -> None:
-        record = {"job_id": self.job_id, "node": node, "address": address, "rpc_port": rpc_port, "nodes": node_count}
+    def publish_head(self, node: str, part: NodePart) -> None:
+        record = {"job_id": self.job_id, "node": node, "address": part.head_address, "rpc_port": part.rpc_port}
+        record["master_port"] = part.master_port
         atomic.write_json(self.dir / HEAD_FILE, {**record, "ended": False, "reason": None})
 
     def end(self, reason: str | None = None) -> None:
@@ -107,10 +164,12 @@ class Rendezvous:
         return out
 
     def failed_peer(self) -> str | None:
-        """The reason of the first other node that failed, naming it."""
+        """The reason of the first other node that failed or went silent, naming it."""
         for node, data in self.peers().items():
             if data.get("state") == "failed":
                 return f"{node}: {data.get('reason') or 'failed'}"
+            if data.get("state") != "ended" and (why := self.silent(node)) is not None:
+                return why
         return None
 
     def await_peers(self, count: int, state: NodeState, timeout_s: float) -> str | None:
@@ -139,20 +198,31 @@ class Rendezvous:
             node=str(data.get("node", "")),
             address=str(data.get("address", "")),
             rpc_port=int(data.get("rpc_port") or 0),
+            master_port=int(data.get("master_port") or 0),
             ended=bool(data.get("ended")),
             reason=data.get("reason"),
         )
 
-    def await_head(self, timeout_s: float) -> Head | None:
-        """The head once it has published where it listens (it may already have ended); None on time-out."""
+    def await_head(self, timeout_s: float, head_node: str | None = None) -> Head | None:
+        """The head once it has published where it listens (it may already have ended); None on time-out.
+        `head_node`: a head whose heartbeat stops meanwhile fails the wait."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             head = self.head()
             if head is not None and (head.ended or head.rpc_port):
                 return head
+            if head_node is not None and (why := self.silent(head_node)) is not None:
+                raise PointFailed(why)
             time.sleep(POLL_S)
         return None
 
     def ended(self) -> bool:
         head = self.head()
         return head is not None and head.ended
+
+    def head_gone(self) -> str | None:
+        """Why the head is taken for gone: its heartbeat stopped before it said the deployment is over."""
+        head = self.head()
+        if head is None or head.ended:
+            return None
+        return self.silent(head.node)

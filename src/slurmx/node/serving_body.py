@@ -31,7 +31,7 @@ from slurmx.node.launch import (
     replay_process,
 )
 from slurmx.node.multinode import Rendezvous, node_address, this_task
-from slurmx.node.ports import free_port, free_ports
+from slurmx.node.ports import free_ports
 from slurmx.node.preflight import preflight
 from slurmx.node.recorder import PointFailed, StageRecorder
 from slurmx.node.supervisor import JobInterrupted, Managed, Supervisor, SupervisorError
@@ -121,8 +121,9 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
     part = None
     if peers is not None:
         task = this_task()
-        part = NodePart(0, node_address(task.name), free_port())
-        peers.publish_head(task.name, part.head_address, part.rpc_port, task.count)
+        rpc_port, master_port = free_ports(2)
+        part = NodePart(0, node_address(task.name), rpc_port, master_port)
+        peers.publish_head(task.name, part)
     prepared = prepare_node(first, runtime, supervisor, part)
     provisioned, ports, plan = prepared.provisioned, prepared.ports, prepared.plan
     numa_prefix, numa_record = prepared.numa_prefix, prepared.numa_record

@@ -8,6 +8,7 @@ LMCache server orphaned by a cancel, a time limit or a preemption keeps terabyte
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import http.client as http_client
 import json
@@ -18,6 +19,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -51,6 +53,7 @@ log = logging.getLogger(__name__)
 
 HANDLED_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2, signal.SIGHUP)
 LOG_TAIL_LINES = 30
+JOB_TEARDOWN_GRACE_S = 4.0  # a job's supervisors: below Slurm's KillWait, so our KILL comes before Slurm's
 POLL_S = 0.05
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _MARKER_RE = re.compile(r"[A-Za-z0-9._:-]+")
@@ -527,15 +530,25 @@ class Supervisor:
         return pending
 
 
-def _ignoring(stop_signal: signal.Signals) -> Callable[[], None] | None:
-    """The child's set-up for a process stopped by another signal than SIGTERM (see Supervisor.start)."""
-    if stop_signal == signal.SIGTERM:
-        return None
-    return functools.partial(_ignore, tuple(s for s in HANDLED_SIGNALS if s != stop_signal))
+def _ignoring(stop_signal: signal.Signals) -> Callable[[], None]:
+    """The child's set-up (see Supervisor.start): its stop signal when this process dies without tearing it
+    down (SIGKILL, out of memory), and the other job signals ignored when its stop signal is not SIGTERM."""
+    ignored = () if stop_signal == signal.SIGTERM else tuple(s for s in HANDLED_SIGNALS if s != stop_signal)
+    return functools.partial(_child_setup, os.getpid(), stop_signal, ignored)
 
 
-def _ignore(signums: tuple[signal.Signals, ...]) -> None:
-    for signum in signums:  # runs in the child between fork and exec; ignored dispositions survive exec
+_PR_SET_PDEATHSIG = 1
+# resolved here, not in the child: between fork and exec only the call itself runs
+_PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None) if sys.platform.startswith("linux") else None
+
+
+def _child_setup(parent: int, stop_signal: signal.Signals, ignored: tuple[signal.Signals, ...]) -> None:
+    # runs in the child between fork and exec; the death signal and ignored dispositions survive exec
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(stop_signal), 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before the death signal was armed
+            os.kill(os.getpid(), stop_signal)
+    for signum in ignored:
         signal.signal(signum, signal.SIG_IGN)
 
 

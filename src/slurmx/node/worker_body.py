@@ -12,13 +12,19 @@ import signal
 import time
 
 from slurmx.node.launch import NodePart, placed
-from slurmx.node.multinode import NodeTask, Rendezvous
+from slurmx.node.multinode import NodeTask, Rendezvous, head_node
 from slurmx.node.recorder import PointFailed, job_marker
 from slurmx.node.serving_body import Member, prepare_node
-from slurmx.node.supervisor import JobInterrupted, Managed, Supervisor, SupervisorError, describe_returncode
+from slurmx.node.supervisor import (
+    JOB_TEARDOWN_GRACE_S,
+    JobInterrupted,
+    Managed,
+    Supervisor,
+    SupervisorError,
+    describe_returncode,
+)
 from slurmx.runtimes import runtime_for
 
-TEARDOWN_GRACE_S = 4.0  # as the head's: below Slurm's KillWait
 WATCH_S = 1.0  # between looks at this node's processes and the head's file
 
 
@@ -28,7 +34,10 @@ def run_worker(members: list[Member], task: NodeTask, rendezvous: Rendezvous) ->
     ids = [m.point.member_id for m in members]
     rendezvous.report(task.name, "starting")
     try:
-        with Supervisor(rendezvous.node_dir(task.name), job_marker(), grace_s=TEARDOWN_GRACE_S) as supervisor:
+        with (
+            rendezvous.beating(task.name),
+            Supervisor(rendezvous.node_dir(task.name), job_marker(), grace_s=JOB_TEARDOWN_GRACE_S) as supervisor,
+        ):
             _serve(first, task, rendezvous, supervisor)
     except (PointFailed, SupervisorError) as exc:
         reason = str(exc).splitlines()[0]
@@ -43,13 +52,15 @@ def run_worker(members: list[Member], task: NodeTask, rendezvous: Rendezvous) ->
 
 def _serve(first: Member, task: NodeTask, rendezvous: Rendezvous, supervisor: Supervisor) -> None:
     spec = first.spec
-    head = rendezvous.await_head(timeout_s=spec.startup_timeout_s)
+    head = rendezvous.await_head(timeout_s=spec.startup_timeout_s, head_node=head_node())
     if head is None:
         raise PointFailed(f"the head did not say where it listens within {spec.startup_timeout_s} s")
     if head.ended:
         return
     runtime = runtime_for(first.record.cluster_profile, first.record.point.image)
-    prepared = prepare_node(first, runtime, supervisor, NodePart(task.index, head.address, head.rpc_port))
+    prepared = prepare_node(
+        first, runtime, supervisor, NodePart(task.index, head.address, head.rpc_port, head.master_port)
+    )
     started: list[Managed] = []
     for process in prepared.plan.servers:  # this node's backend servers placed as on the head
         argv = placed(process, runtime, prepared.numa_prefix).argv
@@ -59,6 +70,8 @@ def _serve(first: Member, task: NodeTask, rendezvous: Rendezvous, supervisor: Su
             supervisor.wait_ready(managed, process.health_url, timeout_s=process.ready_timeout_s)
     rendezvous.report(task.name, "running")
     while not rendezvous.ended():
+        if (gone := rendezvous.head_gone()) is not None:  # the head's task died: no one else ends this node
+            raise PointFailed(gone)
         for managed in started:
             code = supervisor.poll(managed)
             if code is not None:

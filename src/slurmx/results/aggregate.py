@@ -120,12 +120,12 @@ def build_result(
             input_tput_tps=totals.input.tokens_per_second / gpus if totals.input else 0.0,
         )
 
-    server_metrics, source = compute_server_metrics(
-        records, server_export, window.engine_metrics_before, window.engine_metrics_after
-    )
+    counters, source = engine_counters(server_export, window.engine_metrics_before, window.engine_metrics_after)
+    server_metrics = server_metrics_from(records, counters)
     if engine_log is not None:
         server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_log)
     meta = _slurmx_meta(point, profile, run, window, source)
+    meta.requests_by_rank = requests_by_rank(counters)
     # the tier's own counters reach us through aiperf's export (it scrapes the backend's /metrics)
     exported = counters_from_export(server_export)
     meta.evidence = build_evidence(
@@ -479,6 +479,7 @@ _EXT_QUERIES = "vllm:external_prefix_cache_queries"
 _EXT_HITS = "vllm:external_prefix_cache_hits"
 _PROMPT = "vllm:prompt_tokens"
 _GENERATION = "vllm:generation_tokens"
+_REQUESTS_DONE = "vllm:request_success"  # per finish reason and engine (data-parallel rank)
 # vLLM 0.32: source = device | host | p2p | disk | external_unspecified
 _CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source"
 # vLLM 0.32: source = local_compute | local_cache_hit | external_kv_transfer (what InferenceX reads)
@@ -498,12 +499,20 @@ class _Counters:
 
     def __init__(self) -> None:
         self.delta: dict[str, float] = {}
-        self.by_label: dict[str, dict[str, float]] = {}
+        self.by_source: dict[str, dict[str, float]] = {}  # by the `source` label (prompt tokens by origin)
+        self.by_engine: dict[str, dict[str, float]] = {}  # by vLLM's `engine` label: one per data-parallel rank
         self.gauge_max: dict[str, float] = {}
         self.names: set[str] = set()
 
     def get(self, name: str) -> float | None:
         return self.delta.get(name)
+
+    def add(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.delta[name] = self.delta.get(name, 0.0) + value
+        for key, buckets in (("source", self.by_source), ("engine", self.by_engine)):
+            if (label := labels.get(key)) is not None:
+                bucket = buckets.setdefault(name, {})
+                bucket[label] = bucket.get(label, 0.0) + value
 
 
 def _strip_total(name: str) -> str:
@@ -521,11 +530,7 @@ def counters_from_scrapes(before: str, after: str) -> _Counters:
             delta = s.value - start.get((s.name, s.labels), 0.0)
             if delta < 0:  # counter reset (engine restarted between scrapes): count from zero
                 delta = s.value
-            out.delta[name] = out.delta.get(name, 0.0) + delta
-            source = s.label("source")
-            if source is not None:
-                bucket = out.by_label.setdefault(name, {})
-                bucket[source] = bucket.get(source, 0.0) + delta
+            out.add(name, dict(s.labels), delta)
         elif not s.name.endswith(("_bucket", "_sum", "_count", "_created")):
             out.gauge_max[s.name] = max(out.gauge_max.get(s.name, -math.inf), s.value)
     return out
@@ -551,11 +556,8 @@ def counters_from_export(export: dict[str, Any]) -> _Counters:
                 value = _first_number(st, ("total", "sum", "max", "avg"))
                 if value is None:
                     continue
-                out.delta[name] = out.delta.get(name, 0.0) + value
-                source = (series.get("labels") or {}).get("source")
-                if source is not None:
-                    bucket = out.by_label.setdefault(name, {})
-                    bucket[str(source)] = bucket.get(str(source), 0.0) + value
+                labels = series.get("labels") or {}
+                out.add(name, {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}, value)
             elif kind == "gauge":
                 value = _first_number(st, ("max", "avg", "total"))
                 if value is not None:
@@ -590,6 +592,24 @@ def compute_server_metrics(
     before: str | None,
     after: str | None,
 ) -> tuple[ServerMetrics, MetricsSource]:
+    counters, source = engine_counters(export, before, after)
+    return server_metrics_from(records, counters), source
+
+
+def requests_by_rank(counters: _Counters) -> dict[str, int] | None:
+    """Requests each data-parallel rank finished over the window (vLLM's `engine` label), when there are
+    several: how evenly the API server spread the load."""
+    ranks = counters.by_engine.get(_REQUESTS_DONE, {})
+    return (
+        {rank: round(n) for rank, n in sorted(ranks.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)}
+        if len(ranks) > 1
+        else None
+    )
+
+
+def engine_counters(export: dict[str, Any], before: str | None, after: str | None) -> tuple[_Counters, MetricsSource]:
+    """The engine's counters over the window: the before/after scrape delta when both exist, else aiperf's
+    export of the engine's /metrics."""
     exported = counters_from_export(export)
     source: MetricsSource
     if before is not None and after is not None:
@@ -604,7 +624,10 @@ def compute_server_metrics(
         counters, source = exported, "aiperf-export"
     else:
         counters, source = _Counters(), "none"
+    return counters, source
 
+
+def server_metrics_from(records: list[dict[str, Any]], counters: _Counters) -> ServerMetrics:
     present = bool(counters.names)
     hits, queries = counters.get(_PREFIX_HITS), counters.get(_PREFIX_QUERIES)
     ext_hits, ext_queries = counters.get(_EXT_HITS), counters.get(_EXT_QUERIES)
@@ -621,8 +644,8 @@ def compute_server_metrics(
     )
     prompt_total = counters.get(_PROMPT)
     by_source = PromptBySource()
-    cached = counters.by_label.get(_CACHED_BY_SOURCE, {})
-    split = counters.by_label.get(_PROMPT_BY_SOURCE, {})
+    cached = counters.by_source.get(_CACHED_BY_SOURCE, {})
+    split = counters.by_source.get(_PROMPT_BY_SOURCE, {})
     if cached:
         cache.cached_tokens_by_source = cached
     if split:
@@ -678,7 +701,7 @@ def compute_server_metrics(
         kv_offload=kv_offload,
         tokens=tokens,
     )
-    return metrics, source
+    return metrics
 
 
 def _warnings(server: ServerMetrics, source: MetricsSource) -> list[str]:

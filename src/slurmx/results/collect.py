@@ -272,6 +272,10 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:
         "ttft_p90_ratio": None,
         "slurm_job_id": meta.slurm_job_id if meta else None,
         "node": meta.node if meta else None,
+        "nodes": ";".join(meta.nodes) if meta and meta.nodes else None,
+        "requests_by_rank": " ".join(f"{r}:{n}" for r, n in meta.requests_by_rank.items())
+        if meta and meta.requests_by_rank
+        else None,
         "attempt": meta.attempt if meta else None,
         "ended_at": meta.ended_at if meta else None,
         "path": str(path),
@@ -359,7 +363,7 @@ CSV_COLUMNS = (
     "external_hit_rate", "overall_hit_rate", "tier_hit_rate", "tier_side_hit_rate", "tier_tokens", "valid",
     "invalid_reason", "labels", "engine_version", "backend_version", "image", "baseline_arm", "tput_ratio",
     "ttft_p90_ratio",
-    "slurm_job_id", "node", "attempt", "ended_at", "path",
+    "slurm_job_id", "node", "nodes", "requests_by_rank", "attempt", "ended_at", "path",
     "repeat", "repeat_mode",
     "avg_gpu_w", "gpu_energy_j", "j_per_out_tok", "j_per_tok", "tok_s_per_kw", "power_invalid",
 )  # fmt: skip

@@ -272,6 +272,7 @@ class SlurmxMeta(_Strict):
     slurm_job_id: str | None = None
     node: str | None = None
     nodes: list[str] | None = None  # a multinode point's nodes, the head first
+    requests_by_rank: dict[str, int] | None = None  # requests each data-parallel rank finished (several ranks)
     backend_version: str | None = None  # the KV-offload backend version that actually ran
     engine_version: str | None = None
     aiperf_version: str | None = None

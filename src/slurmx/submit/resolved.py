@@ -9,7 +9,7 @@ from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node import disagg
 from slurmx.node.preflight import memory_margin_bytes
-from slurmx.plan import Point, node_layout
+from slurmx.plan import Point, node_layout, server_gpus
 from slurmx.recipes.resolve import missing_implementation, resolve
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
@@ -73,11 +73,14 @@ def why_not_runnable(point: Point, profile: ClusterProfile) -> str | None:
     """Why slurmx cannot start this planned point's processes on this hardware, or None. Plan still shows
     its request; render lists it with this reason; submit refuses it."""
     layout = node_layout(point, profile.gpus_per_node)
-    if point.multinode and layout.ranks_per_node == 0 and not point.disagg:
-        return (
-            f"a data-parallel rank spanning nodes (tp*pp*pcp over gpus-per-node={profile.gpus_per_node}); "
-            "slurmx runs one rank per node or more (vLLM's --nnodes/--node-rank launch per rank is not built)"
-        )
+    if point.multinode and layout.ranks_per_node == 0 and not point.disagg and point.prefill is not None:
+        worker = point.prefill
+        worker_gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size)
+        if worker_gpus % profile.gpus_per_node:  # vLLM splits a rank's world evenly over its nodes
+            return (
+                f"a data-parallel rank of {worker_gpus} GPUs does not fill whole {profile.gpus_per_node}-GPU "
+                "nodes (vLLM's --nnodes launch gives each node an equal share of the rank)"
+            )
     return None
 
 
