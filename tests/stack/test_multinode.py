@@ -43,6 +43,14 @@ def _in_replay_on_both_nodes(env: StackEnv, key: str) -> dict[str, Any]:
     return point
 
 
+def _long_replay_running(env: StackEnv, key: str) -> dict[str, Any]:
+    """The local multinode key with a replay long enough to strike in, submitted and replaying on both nodes."""
+    env.recipe(RECIPE, **{"replay.sessions-per-conc": 24})
+    env.multinode_key(key, [2])
+    env.submit(key)
+    return _in_replay_on_both_nodes(env, key)
+
+
 def test_multinode_point_completes_with_processes_on_both_nodes(stack_env: StackEnv) -> None:
     stack_env.multinode_key("mn-done", [2])
     stack_env.submit("mn-done")
@@ -94,10 +102,7 @@ def test_a_rank_over_two_nodes_runs_in_one_torch_world(stack_env: StackEnv) -> N
 
 
 def test_multinode_scancel_during_replay_leaves_nothing_on_either_node(stack_env: StackEnv) -> None:
-    stack_env.recipe(RECIPE, **{"replay.sessions-per-conc": 24})
-    stack_env.multinode_key("mn-cancel", [2])
-    stack_env.submit("mn-cancel")
-    point = _in_replay_on_both_nodes(stack_env, "mn-cancel")
+    point = _long_replay_running(stack_env, "mn-cancel")
     assert stack_env.slurmx("cancel", "mn-cancel", "--results", str(stack_env.results))[0] == 0
     point = _ended(stack_env, "mn-cancel")
     assert point["state"] == "cancelled", point
@@ -107,10 +112,7 @@ def test_multinode_scancel_during_replay_leaves_nothing_on_either_node(stack_env
 
 
 def test_worker_killed_on_the_second_node_fails_the_point_and_tears_down_the_head(stack_env: StackEnv) -> None:
-    stack_env.recipe(RECIPE, **{"replay.sessions-per-conc": 24})
-    stack_env.multinode_key("mn-fault", [2])
-    stack_env.submit("mn-fault")
-    point = _in_replay_on_both_nodes(stack_env, "mn-fault")
+    point = _long_replay_running(stack_env, "mn-fault")
     worker = process_with_arg(point["job_id"], "--headless")
     assert worker is not None
     kill(worker, signal.SIGKILL)
@@ -130,10 +132,7 @@ def _parent(pid: int) -> int:
 def test_a_node_task_killed_without_a_word_fails_the_point_by_its_heartbeat(stack_env: StackEnv) -> None:
     """node02's slurmx task SIGKILLed (no report, no teardown of its own): its heartbeat stops, the head
     fails the point naming the silent node and tears down; nothing of the job is left on either node."""
-    stack_env.recipe(RECIPE, **{"replay.sessions-per-conc": 24})
-    stack_env.multinode_key("mn-silent", [2])
-    stack_env.submit("mn-silent")
-    point = _in_replay_on_both_nodes(stack_env, "mn-silent")
+    point = _long_replay_running(stack_env, "mn-silent")
     rank = process_with_arg(point["job_id"], "--headless")
     assert rank is not None
     task = _parent(rank)  # the supervisor that started node02's rank: that node's slurmx task
