@@ -33,7 +33,9 @@ def _build(
     artifacts: Path, before: str | None = None, after: str | None = None, engine_log: Path | None = None
 ) -> Result:
     window = ReplayWindow(WINDOW.started_at, WINDOW.ended_at, before, after)
-    return build_result(point_from_row(POINT), artifacts, run=META, window=window, engine_log=engine_log)
+    return build_result(
+        point_from_row(POINT), artifacts, run=META, window=window, engine_logs=[engine_log] if engine_log else []
+    )
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ token figures from aiperf's export when the /metrics scrapes around the replay a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from slurmx.results.aggregate import (
     _theoretical_hit_rate,
     compute_server_metrics,
     engine_counters,
+    kv_pool_tokens,
     requests_by_rank,
 )
 
@@ -205,3 +207,18 @@ def test_theoretical_prefix_hit_rate(metric: Any, rate: float | None) -> None:
     assert _theoretical_hit_rate({"theoretical_prefix_cache_hit": metric}) == (
         pytest.approx(rate) if rate is not None else None
     )
+
+
+def test_the_kv_pool_of_a_multinode_engine_sums_every_nodes_ranks(tmp_path: Path) -> None:
+    """Each node logs only its own ranks' KV cache (lines from the local two-node LMCache run): the pool
+    the working set is compared with is theirs together, not the head's alone."""
+    line = "({tag} pid={pid}) INFO 12-01 04:24:47 [kv_cache_utils.py:2327] CPU KV cache size: 2,176 tokens, ..."
+    head, node02 = tmp_path / "engine.log", tmp_path / "node02-engine.log"
+    head.write_text(line.format(tag="EngineCore_DP0", pid=3829) + "\n")
+    node02.write_text(line.format(tag="EngineCore_DP1", pid=3796) + "\n")
+    assert kv_pool_tokens([head]) == 2176
+    assert kv_pool_tokens([head, node02]) == 4352
+    untagged = tmp_path / "untagged.log"  # a single-rank engine core per node logs no DP tag: still two pools
+    untagged.write_text("INFO CPU KV cache size: 2,176 tokens\n")
+    assert kv_pool_tokens([untagged, untagged]) == 4352
+    assert kv_pool_tokens([tmp_path / "missing.log"]) is None

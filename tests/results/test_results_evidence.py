@@ -56,7 +56,7 @@ def build(
     inputs = ArmInputs(
         engine_argv=argv if argv is not None else engine_argv(arm_dir), logs=logs, working_set_tokens=working_set
     )
-    return build_result(point_from_row(_row(arm)), arm_dir, run=META, engine_log=arm_dir / "engine.log", arm=inputs)
+    return build_result(point_from_row(_row(arm)), arm_dir, run=META, engine_logs=[arm_dir / "engine.log"], arm=inputs)
 
 
 def test_working_set_of_the_captured_trace_overflows_the_pool() -> None:
@@ -93,7 +93,7 @@ def test_mooncake_tier_counters_are_declared_absent_with_a_reason_not_zero() -> 
     arm_dir = DATA / "lmcache"
     inputs = ArmInputs(logs={"engine": arm_dir / "engine.log"}, working_set_tokens=WORKING_SET)
     point = point_from_row(_row("mooncake"))
-    result = build_result(point, arm_dir, run=META, engine_log=arm_dir / "engine.log", arm=inputs)
+    result = build_result(point, arm_dir, run=META, engine_logs=[arm_dir / "engine.log"], arm=inputs)
     assert result.slurmx is not None and (ev := result.slurmx.evidence) is not None
     assert ev.tier == {} and ev.tier_side_hit_tokens is None and ev.tier_side_hit_rate is None
     assert ev.tier_absent_reason == mooncake.TIER_ABSENT

@@ -146,11 +146,14 @@ class StackEnv:
         }
         (self.configs / f"{name}-master.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
-    def multinode_key(self, name: str, concs: list[int], workers: int = 2, tp: int = 1) -> None:
+    def multinode_key(self, name: str, concs: list[int], workers: int = 2, tp: int = 1, arm: str = "none") -> None:
         """The local multinode key's shape (configs/local-multinode-master.yaml): one engine rank per node,
-        or with tp=2 one rank over both nodes (a stand-in GPU each)."""
+        or with tp=2 one rank over both nodes (a stand-in GPU each); arm "lmcache": a server per node."""
         worker = {"num-worker": workers, "tp": tp, "ep": 1, "dp-attn": False}
-        entry = {"kv-offloading": "none", "conc-list": concs, "prefill": worker, "decode": {**worker, "num-worker": 0}}
+        entry: dict[str, Any] = {"kv-offloading": "none", "conc-list": concs, "prefill": worker}
+        entry["decode"] = {**worker, "num-worker": 0}
+        if arm != "none":
+            entry |= {"kv-offloading": "dram", "kv-offload-backend": {"name": arm, "version": "0.5.6"}}
         doc = {
             name: {
                 "image": "local-venv",
@@ -161,7 +164,11 @@ class StackEnv:
                 "framework": "vllm",
                 "multinode": True,
                 "disagg": False,
-                "scenarios": {"agentic-coding": [{"dram-utilization": 1.0, "search-space": [entry]}]},
+                # an offload arm: the single-node local arm's 2 GB pool per node (the whole 16 GB node
+                # budget plus the profile's 6G would not fit the fake nodes' RealMemory)
+                "scenarios": {
+                    "agentic-coding": [{"dram-utilization": 0.125 if arm != "none" else 1.0, "search-space": [entry]}]
+                },
             }
         }
         (self.configs / f"{name}-master.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -142,3 +142,28 @@ def test_a_node_task_killed_without_a_word_fails_the_point_by_its_heartbeat(stac
     assert point["state"] == "failed", point
     assert re.search(r"node02: no heartbeat for \d+ s \(its task is gone\)", point["reason"] or ""), point
     assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
+
+
+def test_an_lmcache_arm_runs_a_server_per_node_each_rank_on_its_own(stack_env: StackEnv) -> None:
+    """The LMCache arm across nodes: each node starts its own LMCache server with its node's DRAM budget,
+    and that node's engine rank carries the connector pointing at it."""
+    stack_env.multinode_key("mn-lmcache", [2], arm="lmcache")
+    stack_env.submit("mn-lmcache")
+    point = _ended(stack_env, "mn-lmcache")
+    pdir = _point_dir(stack_env, point)
+    assert point["state"] == "completed", (point, (pdir / "state.json").read_text())
+    for where, node in ((pdir, "node01"), (pdir / "nodes" / "node02", "node02")):
+        server = (where / "commands" / "lmcache.txt").read_text()
+        engine = (where / "commands" / "engine.txt").read_text()
+        assert f"# node: {node}" in server and f"# node: {node}" in engine
+        port = re.search(r" --port (\d+)", server)
+        assert port is not None, server
+        assert f'"lmcache.mp.port":{port.group(1)}' in engine, (node, engine[-400:])  # its own node's server
+        assert (where / "logs" / "lmcache.log").stat().st_size > 0
+    result = Result.model_validate(json.loads((pdir / "result.json").read_text()))
+    assert result.slurmx is not None and result.slurmx.invalid_reason is None, result.slurmx
+    # the pool the gate compares the working set with is both ranks' (2 x 2176 tokens, from each node's
+    # engine log), not the head's alone: with the head's alone this valid arm was refused as "not engaged"
+    evidence = result.slurmx.evidence
+    assert evidence is not None and evidence.kv_pool_tokens == 2 * 2176, evidence
+    assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])

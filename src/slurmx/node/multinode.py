@@ -138,6 +138,10 @@ class Rendezvous:
         """Where a node other than the head keeps its commands/ and logs/."""
         return self.dir / node
 
+    def node_logs(self, process: str) -> list[Path]:
+        """`process`'s log on every node other than the head, in node order."""
+        return sorted(self.dir.glob(f"*/logs/{process}.log"))
+
     def _read(self, path: Path) -> dict[str, Any] | None:
         try:
             data = atomic.read_json(path)

@@ -318,7 +318,10 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
         member.point.aiperf,
         run=run,
         window=window,
-        engine_log=engine.log_path if engine else None,
+        engine_logs=[
+            *([engine.log_path] if engine else []),
+            *(servers.peers.node_logs(ENGINE) if servers.peers is not None else []),
+        ],
         arm=arm,
         telemetry_dir=servers.telemetry_dir,
     )

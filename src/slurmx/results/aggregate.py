@@ -23,6 +23,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,13 +97,14 @@ def build_result(
     *,
     run: RunMeta,
     window: ReplayWindow | None = None,
-    engine_log: Path | None = None,
+    engine_logs: Sequence[Path] = (),
     arm: ArmInputs | None = None,
     telemetry_dir: Path | None = None,
 ) -> Result:
     """The aggregate of one point's replay; its identity fields are the point's InferenceX row.
 
-    `engine_log` is the engine's log, for the KV-cache pool size (kv_cache_pool_tokens); `arm` is what
+    `engine_logs` are the engine's logs (one per node of a multinode engine), for the KV-cache pool size
+    (kv_cache_pool_tokens); `arm` is what
     the job body knows of how the arm ran (engine argv, logs, working set), for the arm's evidence."""
     window = window or ReplayWindow()
     artifact_dir = Path(artifact_dir)
@@ -122,8 +124,8 @@ def build_result(
 
     counters, source = engine_counters(server_export, window.engine_metrics_before, window.engine_metrics_after)
     server_metrics = server_metrics_from(records, counters)
-    if engine_log is not None:
-        server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_log)
+    if engine_logs:
+        server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_logs)
     meta = _slurmx_meta(point, profile, run, window, source)
     meta.requests_by_rank = requests_by_rank(counters)
     # the tier's own counters reach us through aiperf's export (it scrapes the backend's /metrics)
@@ -715,19 +717,21 @@ _KV_SIZE = re.compile(r"(?:GPU|CPU) KV cache size:\s*(?P<tokens>[\d,]+)\s*tokens
 _ENGINE_TAG = re.compile(r"\((?P<tag>EngineCore(?:_DP\d+)?)\s+pid=\d+\)")
 
 
-def kv_pool_tokens(engine_log: Path) -> int | None:
+def kv_pool_tokens(engine_logs: Sequence[Path]) -> int | None:
     """Tokens of KV cache the engine allocated, from vLLM's "GPU KV cache size: N tokens" log line
-    ("CPU KV cache size" on the CPU build); the last line per engine core, summed over DP ranks."""
-    try:
-        text = engine_log.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    per_engine: dict[str, int] = {}
-    for line in text.splitlines():
-        if "KV cache size" not in line or not (size := _KV_SIZE.search(line)):
+    ("CPU KV cache size" on the CPU build); the last line per engine core, summed over DP ranks: those
+    of one log, and those of every node's log of a multinode engine (each node logs its own ranks)."""
+    per_engine: dict[tuple[int, str], int] = {}
+    for index, log in enumerate(engine_logs):
+        try:
+            text = log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
             continue
-        tag = _ENGINE_TAG.search(line)
-        per_engine[tag.group("tag") if tag else "EngineCore"] = int(size.group("tokens").replace(",", ""))
+        for line in text.splitlines():
+            if "KV cache size" not in line or not (size := _KV_SIZE.search(line)):
+                continue
+            tag = _ENGINE_TAG.search(line)
+            per_engine[index, tag.group("tag") if tag else "EngineCore"] = int(size.group("tokens").replace(",", ""))
     return sum(per_engine.values()) if per_engine else None
 
 
