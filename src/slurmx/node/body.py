@@ -10,9 +10,10 @@ import contextlib
 import signal
 import time
 
+from slurmx.config.clusters import NodeProfile
 from slurmx.node import procscan
 from slurmx.node.command_body import run_command_point
-from slurmx.node.multinode import STALE_S, Rendezvous, this_task
+from slurmx.node.multinode import Rendezvous, this_task
 from slurmx.node.recorder import StageRecorder, job_marker, restart_count, slurm_job_id
 from slurmx.node.serving_body import Member, run_group
 from slurmx.node.supervisor import JOB_TEARDOWN_GRACE_S, JobInterrupted, Supervisor
@@ -41,11 +42,11 @@ def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
     if spec is not None and spec.nodes > 1:
         task = this_task()
         # the attempt too: a requeued job keeps its id, and the earlier attempt's files must not count
-        node_profile = members[0].record.cluster_profile.node
+        node_profile = members[0].record.cluster_profile.node or NodeProfile()
         rendezvous = Rendezvous(
             members[0].point.path,
             f"{slurm_job_id() or 'local'}.{restart_count()}",
-            stale_s=node_profile.heartbeat_stale_s if node_profile else STALE_S,
+            stale_s=node_profile.heartbeat_stale_s,
         )
         if task.index:  # not the head: this node's ranks until the head ends; state.json is the head's
             return {**outcomes, **run_worker(members, task, rendezvous)}

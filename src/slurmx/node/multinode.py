@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from slurmx.config.clusters import NodeProfile
 from slurmx.engines.base import NodePart
 from slurmx.errors import UserError
 from slurmx.node.recorder import PointFailed
@@ -35,10 +36,9 @@ NODES_DIR = "nodes"
 HEAD_FILE = "head.json"
 POLL_S = 1.0
 BEAT_S = 2.0  # each node's task rewrites <node>.beat this often while it runs
-# A node whose beat is older is gone (its task killed, its node down): above NFS's default attribute
-# cache (acdirmax 60 s), so a shared results tree that shows files late is not taken for a dead node.
-# The cluster profile's node.heartbeat-stale-s sets it per cluster.
-STALE_S = 90
+# A node whose beat is older is gone (its task killed, its node down): the cluster profile's
+# node.heartbeat-stale-s, whose default is used where no profile is at hand.
+STALE_S = float(NodeProfile.model_fields["heartbeat_stale_s"].default)
 
 NodeState = Literal["starting", "running", "failed", "ended"]
 
