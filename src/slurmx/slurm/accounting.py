@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurmx.slurm.commands import SlurmUnavailable, run_slurm
 
@@ -60,9 +60,11 @@ def _none(value: str) -> str | None:
     return None if value in ("", "None", "None assigned", "(null)", "Unknown") else value
 
 
-def query_sacct(job_ids: list[str]) -> dict[str, JobInfo]:
-    fields = "JobID,State,NodeList,Elapsed,ExitCode,Reason"
-    out = run_slurm(["sacct", "-n", "-P", "-X", "--format", fields, "-j", ",".join(job_ids)]).stdout
+SACCT_FIELDS = "JobID,State,NodeList,Elapsed,ExitCode,Reason"
+
+
+def parse_sacct(out: str) -> dict[str, JobInfo]:
+    """`sacct -n -P -X --format SACCT_FIELDS` lines to job states, one per job id and array task."""
     jobs: dict[str, JobInfo] = {}
     ranged: dict[str, JobInfo] = {}
     for line in out.splitlines():
@@ -82,6 +84,21 @@ def query_sacct(job_ids: list[str]) -> dict[str, JobInfo]:
                 reason=_none(reason),
             )
     return {**ranged, **jobs}
+
+
+def task_of(jobs: dict[str, JobInfo], job_id: str) -> JobInfo | None:
+    """A job's or an array task's state. An array cancelled while tasks were pending can lose its range in
+    accounting ('317|CANCELLED by 0', seen on 22.05): that bare row speaks for every task never split off."""
+    job = jobs.get(job_id)
+    base, _, task = job_id.partition("_")
+    if job is None and task and base in jobs:
+        return replace(jobs[base], job_id=job_id)
+    return job
+
+
+def query_sacct(job_ids: list[str]) -> dict[str, JobInfo]:
+    out = run_slurm(["sacct", "-n", "-P", "-X", "--format", SACCT_FIELDS, "-j", ",".join(job_ids)]).stdout
+    return parse_sacct(out)
 
 
 def query_squeue(job_ids: list[str]) -> dict[str, JobInfo]:
@@ -105,6 +122,7 @@ def query_jobs(job_ids: list[str]) -> Query:
         jobs = query_sacct(ids)
     except SlurmUnavailable:
         return Query(query_squeue(ids), "squeue", 1)
+    jobs |= {j: task for j in job_ids if j not in jobs and (task := task_of(jobs, j))}
     missing = [j for j in job_ids if j not in jobs]
     if not missing:
         return Query(jobs, "sacct", 1)
