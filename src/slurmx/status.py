@@ -100,42 +100,46 @@ def unreadable(sweep: SweepDir, point_id: str, problem: str) -> PointStatus:
     )  # fmt: skip
 
 
+def label(state: PointState | None, job: JobInfo | None) -> tuple[str, str | None]:
+    """A point's state in status's words, and why: the body's record where it decided, Slurm's otherwise."""
+    stage = state.stage if state else None
+    reason = state.reason if state else None
+    if state is None:
+        return "not submitted", None
+    if stage == "done":
+        return "completed", reason  # a point of a server group finishes while its job runs on
+    if job is not None and job.active:
+        if stage == "failed":
+            return "failed", reason
+        return ("pending", job.reason) if job.state == "PENDING" else ("running", reason)
+    if job is not None:
+        word = _SLURM_END.get(job.state, job.state.lower())
+        if word == "completed":  # stage "done" was handled above
+            return "failed", reason or f"job ended while the point was at stage {stage}"
+        if stage in ("failed", "cancelled") and word in ("failed", "cancelled"):
+            # The body recorded how the point ended before its job did (a server group's failed point, then
+            # scancel; a point torn down on scancel's signal, then a non-zero exit): its word stands.
+            return str(stage), reason
+        if stage == "queued":  # ended before the body could record anything: Slurm's word is the reason
+            return word, reason or f"the job ended ({job.state}) before its body started"
+        return word, reason
+    if stage in ("failed", "cancelled"):
+        return str(stage), reason
+    if state.job_id is None:
+        return ("unsubmitted" if stage == "queued" else str(stage)), reason
+    return "unknown", reason or f"job {state.job_id} is not known to Slurm"
+
+
 def point_status(
     sweep: SweepDir, record: PointRecord, point: PointDir, jobs: dict[str, JobInfo], state: PointState | None
 ) -> PointStatus:
     job = jobs.get(state.job_id) if state and state.job_id else None
     stage = state.stage if state else None
-    reason = state.reason if state else None
-    if state is None:
-        label = "not submitted"
-    elif stage == "done":
-        label = "completed"  # a point of a server group finishes while its job runs on
-    elif stage == "failed" and job is not None and job.active:
-        label = "failed"
-    elif job is not None and job.active:
-        label = "pending" if job.state == "PENDING" else "running"
-        if job.state == "PENDING":
-            reason = job.reason
-    elif job is not None:
-        label = _SLURM_END.get(job.state, job.state.lower())
-        if stage == "cancelled" and label == "failed":
-            label = "cancelled"  # the body tore down on a signal and the job then exited non-zero
-        if label == "completed":  # stage "done" was handled above
-            label = "failed"
-            reason = reason or f"job ended while the point was at stage {stage}"
-        elif stage == "queued":  # ended before the body could record anything: Slurm's word is the reason
-            reason = reason or f"the job ended ({job.state}) before its body started"
-    elif stage in ("failed", "cancelled"):
-        label = stage
-    elif state.job_id is None:
-        label = "unsubmitted" if stage == "queued" else str(stage)
-    else:
-        label = "unknown"
-        reason = reason or f"job {state.job_id} is not known to Slurm"
+    label_, reason = label(state, job)
     elapsed = _elapsed(job.elapsed) if job else None
     if elapsed is None and state and state.started_at:
         elapsed = (state.ended_at or time.time()) - state.started_at
-    log = explaining_log(sweep, point, state.job_id if state else None) if label in ENDED - {"completed"} else None
+    log = explaining_log(sweep, point, state.job_id if state else None) if label_ in ENDED - {"completed"} else None
     conc = record.point.conc
     return PointStatus(
         config_key=record.config_key,
@@ -144,7 +148,7 @@ def point_status(
         parallelism=record.labels.parallelism,
         backend=record.labels.backend,
         conc=list(conc) if isinstance(conc, tuple) else conc,
-        state=label,
+        state=label_,
         stage=stage,
         node=(job.node if job else None) or (state.node if state else None),
         elapsed_s=elapsed,
