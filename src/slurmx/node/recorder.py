@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 
 from slurmx.store.state import PointState, Stage, update_state
 from slurmx.store.tree import PointDir
@@ -53,11 +54,28 @@ class StageRecorder:
         self.point = point
         self.state = update_state(point.state_json, lambda s: s or PointState(point_id=point.point_id))
 
+    def _write(self, change: Callable[[PointState], PointState]) -> None:
+        mine = self.state
+
+        def apply(current: PointState | None) -> PointState:
+            if current is not None and self._superseded(current):
+                return current
+            return change(current or mine)
+
+        written = update_state(self.point.state_json, apply)
+        self.state = change(mine) if self._superseded(written) else written
+
+    def _superseded(self, current: PointState) -> bool:
+        """A newer attempt owns the file (`submit --only-failed` while this body still tears down after a
+        cancel): this body's late stages must not end that attempt."""
+        job_id = self.state.job_id
+        return current.attempt > self.state.attempt or bool(job_id and current.job_id and current.job_id != job_id)
+
     def _update(self, **fields: object) -> None:
-        self.state = update_state(self.point.state_json, lambda s: (s or self.state).model_copy(update=fields))
+        self._write(lambda s: s.model_copy(update=fields))
 
     def stage(self, stage: Stage, reason: str | None = None) -> None:
-        self.state = update_state(self.point.state_json, lambda s: (s or self.state).advance(stage, reason))
+        self._write(lambda s: s.advance(stage, reason))
 
     @property
     def ended(self) -> bool:
