@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from slurmx.slurm.accounting import JobInfo, parse_sacct, task_of
-from slurmx.status import label
+from slurmx.status import label, node_of
 from slurmx.store.state import PointState
 
 DATA = Path(__file__).parent / "data" / "sacct"
@@ -58,3 +58,10 @@ def test_tasks_of_an_array_cancelled_while_pending_read_cancelled() -> None:
     jobs = parse_sacct((DATA / "cancelled-pending-array.txt").read_text())
     task = task_of(jobs, "317_2")
     assert label(at("queued", job_id="317_2"), task)[0] == "cancelled"
+
+
+def test_a_requeued_row_does_not_name_the_node_of_the_new_attempt() -> None:
+    moved = PointState(point_id="p", stage="replay", job_id="7_1", node="node02", attempt=2)
+    assert node_of(moved, job("REQUEUED")) == "node02"  # the row still names node01, the old attempt's
+    assert node_of(moved, job("RUNNING")) == "node01"  # accounting's node list, once it has the restart
+    assert node_of(moved, None) == "node02"

@@ -130,6 +130,14 @@ def label(state: PointState | None, job: JobInfo | None) -> tuple[str, str | Non
     return "unknown", reason or f"job {state.job_id} is not known to Slurm"
 
 
+def node_of(state: PointState | None, job: JobInfo | None) -> str | None:
+    """Slurm's node list (every node of a multi-node point), except on a requeued job's row: until accounting
+    records the restart it names the old node, and the body of the new attempt knows better."""
+    if job is not None and job.node and job.state != "REQUEUED":
+        return job.node
+    return (state.node if state else None) or (job.node if job else None)
+
+
 def point_status(
     sweep: SweepDir, record: PointRecord, point: PointDir, jobs: dict[str, JobInfo], state: PointState | None
 ) -> PointStatus:
@@ -150,7 +158,7 @@ def point_status(
         conc=list(conc) if isinstance(conc, tuple) else conc,
         state=label_,
         stage=stage,
-        node=(job.node if job else None) or (state.node if state else None),
+        node=node_of(state, job),
         elapsed_s=elapsed,
         attempt=state.attempt if state else None,
         job_id=state.job_id if state else None,
