@@ -266,8 +266,9 @@ AccountingStoragePort=$DBD_PORT
 AccountingStorageTRES=gres/gpu,gres/gpu:$GPU_TYPE
 JobCompType=jobcomp/none
 MailProg=/bin/true
-# Quick cancel/timeout: SIGTERM -> SIGKILL after 5 s, no overtime, short job record lifetime.
-KillWait=5
+# Cancel/timeout: SIGTERM -> SIGKILL after 15 s (room for a graceful teardown on a loaded 2-core machine: the
+# supervisors' own 4 s grace, the /proc sweep, the state writes), no overtime, short job record lifetime.
+KillWait=15
 OverTimeLimit=0
 MinJobAge=30
 InactiveLimit=0

@@ -44,7 +44,7 @@ def test_a_node_big_enough_passes_and_too_small_ones_are_refused_with_the_figure
     item = lmcache_point()
     need_mb, _ = submit.host_memory_need_mb(item)
     monkeypatch.setattr(cluster_check, "query_partitions", lambda: {item.request.partition})
-    monkeypatch.setattr(cluster_check, "query_kill_wait_s", lambda: 5)  # the local profile's kill-wait-s
+    monkeypatch.setattr(cluster_check, "query_kill_wait_s", lambda: 15)  # the local profile's kill-wait-s
     monkeypatch.setattr(
         cluster_check, "query_nodes", lambda: [node("small1", need_mb - 1, item), node("big1", need_mb, item)]
     )
@@ -71,15 +71,15 @@ def test_a_profile_kill_wait_longer_than_the_clusters_is_refused_naming_the_fiel
     replay's graceful stop within the profile's kill-wait-s, so a longer one is refused at submit."""
     inputs = load_inputs(None, None, [KEY])
     item = lmcache_point()
-    submit.check_kill_wait([item], inputs, 5)  # the profile says 5: fits
+    submit.check_kill_wait([item], inputs, 15)  # the profile says 15: fits
     submit.check_kill_wait([item], inputs, None)  # a cluster that does not say: nothing to check
     with pytest.raises(UserError) as caught:
-        submit.check_kill_wait([item], inputs, 4)
+        submit.check_kill_wait([item], inputs, 14)
     line = inputs.clusters.lines[item.point.runner]
     assert str(caught.value) == (
-        f"{inputs.clusters.path}:{line}: hardware.cluster:local.slurm.kill-wait-s: 5 s (30 when unset) is longer "
-        "than this cluster's KillWait of 4 s (scontrol show config): Slurm would SIGKILL a cancelled point's "
-        "teardown; set kill-wait-s: 4"
+        f"{inputs.clusters.path}:{line}: hardware.cluster:local.slurm.kill-wait-s: 15 s (30 when unset) is longer "
+        "than this cluster's KillWait of 14 s (scontrol show config): Slurm would SIGKILL a cancelled point's "
+        "teardown; set kill-wait-s: 14"
     )
     command = dataclasses.replace(item, serving=None)  # no replay to stop: not refused
     submit.check_kill_wait([command], inputs, 4)

@@ -35,7 +35,7 @@ hardware:
       exclusive: false
       time-limit-min: 5
       signal-delay-s: 30
-      kill-wait-s: 5
+      kill-wait-s: 15
       sockets-per-node: 2
     node:
       numa-policy: bind

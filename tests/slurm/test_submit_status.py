@@ -221,8 +221,15 @@ def test_a_key_mixing_gpu_counts_gets_one_array_per_request(slurm_env: SlurmEnv)
             assert asked, text
             gres[array["tasks"]] = int(asked.group(1))
         assert gres == {2: 1, 1: 2}  # two 1-GPU points in one array, the 2-GPU point in another
-        status = slurm_env.wait_for(lambda s: s["1"]["state"] == "completed" and s["4"]["state"] == "running", "mixed")
-        assert status["4"]["stage"] in ("replay", "preflight")
+        # Slurm says running a moment before the body records its first stage: wait for both.
+        slurm_env.wait_for(
+            lambda s: (
+                s["1"]["state"] == "completed"
+                and s["4"]["state"] == "running"
+                and s["4"]["stage"] in ("replay", "preflight")
+            ),
+            "mixed",
+        )
         sweep = next(ResultsTree(slurm_env.results).sweeps("mixed"))
         assert [s.request for s in read_sweep(sweep).submissions] == [
             "local gpu:b300:1 -C b300 mem=1G 5m",
@@ -234,4 +241,4 @@ def test_a_key_mixing_gpu_counts_gets_one_array_per_request(slurm_env: SlurmEnv)
 
 def test_the_clusters_kill_wait_is_read_from_scontrol(slurm_env: SlurmEnv) -> None:
     """Submit compares a serving profile's kill-wait-s with this (tests/test_host_memory_at_submit.py)."""
-    assert cluster_check.query_kill_wait_s() == 5  # scripts/local-slurm.sh's KillWait
+    assert cluster_check.query_kill_wait_s() == 15  # scripts/local-slurm.sh's KillWait
