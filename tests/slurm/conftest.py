@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from slurmx.cli import main
-from slurmx.store.tree import ResultsTree
+from tests.helpers.jobs import cancel_and_drain
 
 CLUSTERS = """\
 hardware:
@@ -147,5 +147,4 @@ def slurm_env(slurm_cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture
     env = SlurmEnv(tmp_path, capsys)
     yield env
     # Whatever the test did, leave no job of it behind for the next test.
-    for sweep in ResultsTree(env.results).sweeps():
-        main(["cancel", sweep.config_key, "--results", str(env.results)])
+    cancel_and_drain(env.results, lambda key: main(["cancel", key, "--results", str(env.results)]))

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from slurmx.cli import main
-from slurmx.store.tree import ResultsTree
+from tests.helpers.jobs import cancel_and_drain
 from tests.slurm.conftest import slurm_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,8 +240,7 @@ class StackEnv:
 def stack_env(real_stack: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[StackEnv]:
     env = StackEnv(tmp_path, capsys)
     yield env
-    for sweep in ResultsTree(env.results).sweeps():
-        env.slurmx("cancel", sweep.config_key, "--results", str(env.results))
+    cancel_and_drain(env.results, lambda key: env.slurmx("cancel", key, "--results", str(env.results)))
 
 
 def kill(pid: int, signum: int = signal.SIGKILL) -> None:

@@ -30,7 +30,7 @@ def _ended(env: StackEnv, key: str) -> dict[str, Any]:
     return env.wait_for(
         key,
         lambda s: s[0]["state"] not in ("pending", "running") and s[0]["stage"] in ("done", "failed", "cancelled"),
-        timeout_s=420,
+        timeout_s=900,
     )[0]
 
 

@@ -1,0 +1,39 @@
+"""Leave the shared local cluster as a test found it: no job of a finished test still running."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from slurmx.store.tree import ResultsTree
+
+
+def _job_ids(results: Path) -> set[str]:
+    ids = set()
+    for state in results.rglob("state.json"):
+        try:
+            job_id = json.loads(state.read_text()).get("job_id")
+        except (OSError, ValueError):
+            continue
+        if job_id:
+            ids.add(str(job_id).split("_")[0])
+    return ids
+
+
+def cancel_and_drain(results: Path, cancel: Callable[[str], object], timeout_s: float = 90) -> None:
+    """Cancel every sweep of `results` and wait until squeue lists none of its jobs (a job still tearing
+    down holds its GPUs and its job name, which the next test may count on)."""
+    for sweep in ResultsTree(results).sweeps():
+        cancel(sweep.config_key)
+    ids = _job_ids(results)
+    deadline = time.monotonic() + timeout_s
+    while ids and time.monotonic() < deadline:
+        listed = subprocess.run(
+            ["squeue", "-h", "-o", "%i", "-j", ",".join(sorted(ids))], capture_output=True, text=True, check=False
+        ).stdout.split()
+        if not listed:
+            return
+        time.sleep(1)
