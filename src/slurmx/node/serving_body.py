@@ -33,7 +33,7 @@ from slurmx.node.launch import (
 from slurmx.node.multinode import Rendezvous, node_address, this_task
 from slurmx.node.ports import free_ports
 from slurmx.node.preflight import preflight
-from slurmx.node.recorder import PointFailed, StageRecorder
+from slurmx.node.recorder import PointFailed, StageRecorder, job_marker
 from slurmx.node.supervisor import JobInterrupted, Managed, Supervisor, SupervisorError
 from slurmx.node.trace import synthetic_trace, working_set_tokens, write_trace
 from slurmx.process import Process, ServerPorts
@@ -248,7 +248,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
     try:
         with Supervisor(
             member.point.path,
-            f"{member.point.member_id}-replay",
+            f"{job_marker()}-{member.point.member_id}-replay",  # the job's prefix: a sweep by job id finds aiperf too
             grace_s=REPLAY_STOP_GRACE_S,  # a server's crash, the replay's deadline
             signal_grace_s=replay_stop_grace(member),  # cancel, time limit: within Slurm's KillWait
             report_name="teardown-replay.json",
