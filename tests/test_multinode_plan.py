@@ -115,3 +115,8 @@ def test_the_cluster_check_wants_enough_nodes_that_each_fit() -> None:
         "the point needs 2 nodes with gpu:b300:1, 6G of memory and features b300 each in partition 'local'; "
         "1 have it (node01)"
     )
+
+
+def test_each_node_advertises_its_own_address_and_a_single_node_engine_nothing() -> None:
+    assert ENGINE.node_env(NodePart(1, "10.0.0.1", 4000, 5000, "10.0.0.2")) == {"VLLM_HOST_IP": "10.0.0.2"}
+    assert ENGINE.node_env(NodePart(1, "10.0.0.1", 4000, 5000)) == {}  # unknown: vLLM's own choice

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from slurmx.node.multinode import node_address
 from slurmx.results.schema import Result
 from tests.stack.conftest import MULTINODE_RECIPE, StackEnv, job_processes, kill, process_with_arg
 
@@ -39,7 +40,11 @@ def _in_replay_on_both_nodes(env: StackEnv, key: str) -> dict[str, Any]:
     point = env.wait_for(key, lambda s: s[0]["stage"] == "replay" or s[0]["state"] in ("failed", "completed"))[0]
     assert point["stage"] == "replay", point
     time.sleep(3)
-    assert process_with_arg(point["job_id"], "--headless") is not None, job_processes(point["job_id"])
+    headless = process_with_arg(point["job_id"], "--headless")
+    assert headless is not None, job_processes(point["job_id"])
+    # it advertises node02's address as Slurm knows it (NodeAddr), not its default route's interface
+    environ = dict(e.split(b"=", 1) for e in Path(f"/proc/{headless}/environ").read_bytes().split(b"\0") if b"=" in e)
+    assert environ.get(b"VLLM_HOST_IP") == node_address("node02").encode(), environ.get(b"VLLM_HOST_IP")
     return point
 
 

@@ -33,7 +33,6 @@ from slurmx.submit.resolved import Resolved, check_submittable, is_disaggregated
 REVIEW_PORTS = {"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888}
 POINT_DIR = Path("$POINT_DIR")
 # A multinode point's head: its address (Slurm's NodeAddr) and data-parallel RPC port are chosen at run time.
-HEAD_ADDRESS = "$HEAD_ADDRESS"
 REVIEW_RPC_PORT = 28888
 REVIEW_MASTER_PORT = 29501  # torch.distributed's, when a rank spans nodes (chosen free on the head at run time)
 
@@ -77,7 +76,10 @@ def point_processes(item: Resolved) -> list[Process]:
     # the NUMA placement as the job body applies it, with the GPUs' NUMA nodes still to be read on the node
     prefix = numa.review_prefix(item.profile.node.numa_policy if item.profile.node else "none")
     parts = (
-        [NodePart(i, HEAD_ADDRESS, REVIEW_RPC_PORT, REVIEW_MASTER_PORT) for i in range(spec.nodes)]
+        [
+            NodePart(i, disagg.HEAD_ADDRESS, REVIEW_RPC_PORT, REVIEW_MASTER_PORT, disagg.NODE_ADDRESS)
+            for i in range(spec.nodes)
+        ]
         if spec.nodes > 1
         else [None]
     )

@@ -10,13 +10,15 @@ from slurmx.plan import Point
 
 @dataclass(frozen=True)
 class NodePart:
-    """One node's part of a multinode engine: its index (0: the head, which serves the API) and where the
-    head listens (data-parallel RPC port; torch.distributed master port when a rank spans nodes)."""
+    """One node's part of a multinode engine: its index (0: the head, which serves the API), where the
+    head listens (data-parallel RPC port; torch.distributed master port when a rank spans nodes), and the
+    address other nodes reach this one at."""
 
     index: int
     head_address: str
     rpc_port: int
     master_port: int = 0
+    address: str = ""
 
 
 class Engine(Protocol):
@@ -37,6 +39,10 @@ class Engine(Protocol):
     def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
         """`part`'s flags in an engine over `nodes` nodes with `ranks_per_node` whole data-parallel ranks on
         each (0: each rank spans several nodes)."""
+        ...
+
+    def node_env(self, part: NodePart) -> dict[str, str]:
+        """`part`'s env: the address the engine advertises to the other nodes."""
         ...
 
     def cache_reset_path(self) -> str | None:

@@ -61,6 +61,11 @@ class VLLM:
         flags += ["--master-addr", part.head_address, "--master-port", str(part.master_port)]
         return [*flags, "--headless"] if part.index else flags
 
+    def node_env(self, part: NodePart) -> dict[str, str]:
+        # vLLM otherwise advertises the interface of its default route, which on a node with a management
+        # network beside the fabric may not be the one the other nodes reach: Slurm's NodeAddr is.
+        return {"VLLM_HOST_IP": part.address} if part.address else {}
+
     def cache_reset_path(self) -> str | None:
         # needs VLLM_SERVER_DEV_MODE=1; reset_external also clears the connector's view
         return "/reset_prefix_cache?reset_external=true"

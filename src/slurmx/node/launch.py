@@ -94,7 +94,7 @@ def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime, part: 
     )  # fmt: skip
     if part is not None:
         argv += engine.node_flags(part, spec.nodes, spec.ranks_per_node)
-    engine_env = {**COMMON_ENV, **spec.env}
+    engine_env = {**COMMON_ENV, **spec.env, **(engine.node_env(part) if part is not None else {})}
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home
     # a headless rank answers no HTTP: the head's health covers it once it has registered

@@ -122,7 +122,8 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
     if peers is not None:
         task = this_task()
         rpc_port, master_port = free_ports(2)
-        part = NodePart(0, node_address(task.name), rpc_port, master_port)
+        address = node_address(task.name)
+        part = NodePart(0, address, rpc_port, master_port, address)
         peers.publish_head(task.name, part)
     prepared = prepare_node(first, runtime, supervisor, part)
     provisioned, ports, plan = prepared.provisioned, prepared.ports, prepared.plan

@@ -12,7 +12,7 @@ import signal
 import time
 
 from slurmx.node.launch import NodePart, placed
-from slurmx.node.multinode import NodeTask, Rendezvous, head_node
+from slurmx.node.multinode import NodeTask, Rendezvous, head_node, node_address
 from slurmx.node.recorder import PointFailed, job_marker
 from slurmx.node.serving_body import Member, prepare_node
 from slurmx.node.supervisor import (
@@ -59,7 +59,10 @@ def _serve(first: Member, task: NodeTask, rendezvous: Rendezvous, supervisor: Su
         return
     runtime = runtime_for(first.record.cluster_profile, first.record.point.image)
     prepared = prepare_node(
-        first, runtime, supervisor, NodePart(task.index, head.address, head.rpc_port, head.master_port)
+        first,
+        runtime,
+        supervisor,
+        NodePart(task.index, head.address, head.rpc_port, head.master_port, node_address(task.name)),
     )
     started: list[Managed] = []
     for process in prepared.plan.servers:  # this node's backend servers placed as on the head
