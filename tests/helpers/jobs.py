@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from slurmx.store.state import read_state
 from slurmx.store.tree import ResultsTree
 
 
 def _job_ids(results: Path) -> set[str]:
-    ids = set()
-    for state in results.rglob("state.json"):
-        try:
-            job_id = json.loads(state.read_text()).get("job_id")
-        except (OSError, ValueError):
-            continue
-        if job_id:
-            ids.add(str(job_id).split("_")[0])
-    return ids
+    states = (read_state(path) for path in results.rglob("state.json"))
+    return {state.job_id.split("_")[0] for state in states if state and state.job_id}
 
 
 def cancel_and_drain(results: Path, cancel: Callable[[str], object], timeout_s: float = 90) -> None:

@@ -29,6 +29,8 @@ def main() -> int:
     parser.add_argument("--concurrency", required=True)
     args, _other = parser.parse_known_args(sys.argv[2:])  # argv[1] is the `profile` subcommand
     mode = os.environ.get(f"FAKE_AIPERF_{args.concurrency}", "ok")
+    if where := os.environ.get("FAKE_ENGINE_DIR"):  # the marker a sweep by the job's processes would match
+        (Path(where) / f"replay-marker-{args.concurrency}").write_text(os.environ.get("SLURMX_JOB_MARKER", ""))
     if mode == "exit":
         print("aiperf: error: the endpoint answered 500 to every request", flush=True)
         return 4

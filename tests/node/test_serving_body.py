@@ -21,6 +21,7 @@ import pytest
 from slurmx.inputs import load_inputs
 from slurmx.node import serving_body
 from slurmx.node.body import run_points
+from slurmx.node.recorder import job_marker
 from slurmx.results.schema import Result
 from slurmx.store.ledger import queue_point
 from slurmx.store.state import PointState, read_state
@@ -122,6 +123,9 @@ def test_a_shared_server_group_runs_each_point_to_a_gated_result(group: Group) -
     assert group.stages(4) == ["queued", "preflight", "replay", "aggregate", "done"]
     assert group.resets() == ["/reset_prefix_cache?reset_external=true"]
     assert group.state(4).reason is None
+    for conc in (2, 4):  # aiperf carries the job's marker as its prefix: a sweep by job id finds it too
+        marker = (group.root / f"replay-marker-{conc}").read_text()
+        assert marker.startswith(f"{job_marker()}-") and marker.endswith("-replay"), marker
     shared_log = group.sweep.point(group.ids[4]).logs / "engine.log"
     assert shared_log.is_symlink() and shared_log.resolve() == (group.sweep.point(group.ids[2]).logs / "engine.log")
     assert _engine_gone(group)

@@ -122,7 +122,7 @@ def query_jobs(job_ids: list[str]) -> Query:
         jobs = query_sacct(ids)
     except SlurmUnavailable:
         return Query(query_squeue(ids), "squeue", 1)
-    jobs |= {j: task for j in job_ids if j not in jobs and (task := task_of(jobs, j))}
+    jobs |= {j: task for j in job_ids if (task := task_of(jobs, j))}
     missing = [j for j in job_ids if j not in jobs]
     if not missing:
         return Query(jobs, "sacct", 1)
