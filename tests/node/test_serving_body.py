@@ -21,7 +21,7 @@ import pytest
 from slurmx.inputs import load_inputs
 from slurmx.node import serving_body
 from slurmx.node.body import run_points
-from slurmx.node.recorder import job_marker
+from slurmx.node.identity import job_marker
 from slurmx.results.schema import Result
 from slurmx.store.ledger import queue_point
 from slurmx.store.state import PointState, read_state

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from slurmx.config.clusters import NodeProfile
 from slurmx.engines.base import NodePart
 from slurmx.errors import UserError
+from slurmx.node.identity import node_name
 from slurmx.node.recorder import PointFailed
 from slurmx.slurm.cluster_check import scontrol_fields
 from slurmx.slurm.commands import run_slurm
@@ -53,10 +54,9 @@ class NodeTask:
 
 
 def this_task() -> NodeTask:
-    name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     return NodeTask(
         index=int(os.environ.get("SLURM_NODEID") or 0),
-        name=name,
+        name=node_name(),
         count=int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1),
     )
 

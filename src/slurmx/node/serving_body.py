@@ -18,6 +18,7 @@ from typing import Any
 from slurmx import backends, engines
 from slurmx.node import lock as run_lock
 from slurmx.node import loopback, numa, provision, telemetry
+from slurmx.node.identity import job_marker
 from slurmx.node.launch import (
     ENGINE,
     ROUTER,
@@ -33,7 +34,7 @@ from slurmx.node.launch import (
 from slurmx.node.multinode import Rendezvous, node_address, this_task
 from slurmx.node.ports import free_ports
 from slurmx.node.preflight import preflight
-from slurmx.node.recorder import PointFailed, StageRecorder, job_marker
+from slurmx.node.recorder import PointFailed, StageRecorder
 from slurmx.node.supervisor import JobInterrupted, Managed, Supervisor, SupervisorError
 from slurmx.node.trace import synthetic_trace, working_set_tokens, write_trace
 from slurmx.process import Process, ServerPorts

@@ -17,7 +17,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,8 +28,9 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from slurmx.node import loopback, procscan
+from slurmx.node.identity import MARKER_ENV, node_name
 from slurmx.node.ports import free_port, free_ports
-from slurmx.node.procscan import MARKER_ENV, ProcInfo, kill_survivors
+from slurmx.node.procscan import ProcInfo, kill_survivors
 from slurmx.node.redact import redact_argv, redact_env
 from slurmx.store import atomic
 
@@ -205,11 +205,6 @@ def render_command(name: str, argv: Sequence[str], env_delta: Mapping[str, str],
     record = {"name": name, "argv": shown_argv, "env_delta": shown_env, "cwd": None if cwd is None else str(cwd)}
     lines.append(json.dumps(record))
     return "\n".join(lines) + "\n"
-
-
-def node_name() -> str:
-    """The Slurm node this runs on (several fake nodes share one host on the local cluster), else the host."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
 def probe(url: str, timeout_s: float, expect: Callable[[bytes], bool] | None = None) -> tuple[bool, str]:
