@@ -333,6 +333,7 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
     backend = member.record.point.backend_name
     result.slurmx.backend_version = versions.get(backend) if backend != "none" else None
     result.slurmx.image_digest = servers.lock.get("image_digest")
+    result.slurmx.failed_request_threshold = member.spec.replay.failed_request_threshold
     return result
 
 
@@ -361,7 +362,7 @@ def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
     result.slurmx.repeat = member.point.repeat
     result.slurmx.repeats = member.record.repeats
     result.slurmx.repeat_mode = member.record.repeat_mode
-    reason = gate.check(result, max_error_rate=member.spec.replay.failed_request_threshold)
+    reason = gate.check(result, max_error_rate=result.slurmx.failed_request_threshold)
     result.slurmx.invalid_reason = reason
     result.slurmx.labels = gate.labels(result) if reason is None else []
     write_result(member.point.result_json, result)
