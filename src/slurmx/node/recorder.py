@@ -6,24 +6,11 @@ from collections.abc import Callable
 
 from slurmx.node.identity import node_name, restart_count, slurm_job_id
 from slurmx.store.state import PointState, Stage, update_state
-from slurmx.store.tree import PointDir
+from slurmx.store.tree import ATTEMPT_FILES, PointDir
 
 
 class PointFailed(Exception):
     """A point failed for a reason that fits on one line."""
-
-
-# What a point's directory holds of one attempt; a requeue moves it under attempts/<n>/ first.
-ATTEMPT_FILES = (
-    "logs",
-    "commands",
-    "aiperf",
-    "trace.jsonl",
-    "teardown.json",
-    "teardown-replay.json",
-    "lock.json",
-    "result.json",
-)
 
 
 class StageRecorder:
@@ -73,7 +60,7 @@ class StageRecorder:
     def _new_attempt(self, restarts: int) -> dict[str, object]:
         """Slurm requeued the job: keep the earlier attempt's files, and start this one clean."""
         before = self.state
-        archive = self.point.path / "attempts" / str(before.attempt)
+        archive = self.point.attempt(before.attempt)
         for name in ATTEMPT_FILES:
             source = self.point.path / name
             if source.exists() or source.is_symlink():

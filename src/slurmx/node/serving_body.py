@@ -45,7 +45,7 @@ from slurmx.results.evidence import ArmInputs, log_failures
 from slurmx.results.schema import Result
 from slurmx.runtimes import Runtime, runtime_for
 from slurmx.store.ledger import PointRecord
-from slurmx.store.tree import PointDir
+from slurmx.store.tree import COMMANDS, LOGS, TEARDOWN_REPLAY_JSON, PointDir
 
 REPLAY_GRACE_S = 900  # on top of the replay's own duration, for aiperf's start-up and drain
 # A replay ended early (cancel, time limit, a server's crash) gets its stop signal (aiperf: SIGINT, on
@@ -130,7 +130,7 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
     provisioned, ports, plan = prepared.provisioned, prepared.ports, prepared.plan
     numa_prefix, numa_record = prepared.numa_prefix, prepared.numa_record
     base_env = dict(os.environ)
-    telemetry_dir = first.point.path / "telemetry"  # sampled for the whole group; torn down with the rest
+    telemetry_dir = first.point.telemetry  # sampled for the whole group; torn down with the rest
     supervisor.start("telemetry", telemetry.telemetry_argv(sys.executable, telemetry_dir), {}, base_env=base_env)
     started = []
     for process in plan.servers:
@@ -175,7 +175,7 @@ def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[st
 
 def _link_server_logs(owner: PointDir, member: PointDir) -> None:
     """Points that reuse a server see its logs and commands in their own directories."""
-    for sub in ("logs", "commands"):
+    for sub in (LOGS, COMMANDS):
         (member.path / sub).mkdir(parents=True, exist_ok=True)
         for source in (owner.path / sub).glob("*"):
             if source.name.startswith("replay"):
@@ -234,7 +234,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
     rows: list[dict[str, Any]] = []
     if spec.replay.kind == "synthetic":
         rows = synthetic_trace(spec.replay, spec.conc)
-        trace, turns = member.point.path / "trace.jsonl", len(rows)
+        trace, turns = member.point.trace_jsonl, len(rows)
         write_trace(trace, rows)
     working_set = (
         working_set_tokens(rows, spec.conc, spec.replay.shared_prefix_tokens, spec.replay.output_tokens)
@@ -253,7 +253,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
             f"{job_marker()}-{member.point.member_id}-replay",  # the job's prefix: a sweep by job id finds aiperf too
             grace_s=REPLAY_STOP_GRACE_S,  # a server's crash, the replay's deadline
             signal_grace_s=replay_stop_grace(member),  # cancel, time limit: within Slurm's KillWait
-            report_name="teardown-replay.json",
+            report_name=TEARDOWN_REPLAY_JSON,
         ) as replay_sup:
             managed = replay_sup.start(
                 "replay", process.argv, process.env, base_env=dict(os.environ), stop_signal=process.stop_signal
@@ -312,7 +312,7 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
     )
     planned = servers.plan.servers if servers.plan is not None else []
     processes = [*planned, *([member.replay] if member.replay else [])]
-    run_lock.write_lock(member.point.path / run_lock.LOCK_NAME, member.record.point_id, servers.lock, processes)
+    run_lock.write_lock(member.point.lock_json, member.record.point_id, servers.lock, processes)
     if servers.telemetry_dir is not None and window.ended_at is not None and not interrupted:
         telemetry.await_sample_after(servers.telemetry_dir, window.ended_at)
     result = build_result(

@@ -33,6 +33,7 @@ from slurmx.node.ports import free_port, free_ports
 from slurmx.node.procscan import ProcInfo, kill_survivors
 from slurmx.node.redact import redact_argv, redact_env
 from slurmx.store import atomic
+from slurmx.store.tree import COMMANDS, LOGS, TEARDOWN_JSON
 
 __all__ = [
     "HANDLED_SIGNALS",
@@ -234,7 +235,7 @@ class Supervisor:
         *,
         grace_s: float = 10.0,
         kill_wait_s: float = 5.0,
-        report_name: str = "teardown.json",
+        report_name: str = TEARDOWN_JSON,
         signal_grace_s: float | None = None,
     ) -> None:
         """`grace_s`: how long teardown waits after the stop signals before SIGKILL; `signal_grace_s`: the
@@ -260,11 +261,11 @@ class Supervisor:
 
     @property
     def logs_dir(self) -> Path:
-        return self.run_dir / "logs"
+        return self.run_dir / LOGS
 
     @property
     def commands_dir(self) -> Path:
-        return self.run_dir / "commands"
+        return self.run_dir / COMMANDS
 
     @property
     def report_path(self) -> Path:
