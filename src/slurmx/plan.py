@@ -26,6 +26,7 @@ from slurmx.config.master import (
     SingleNodeEntry,
     WorkerSpec,
 )
+from slurmx.config.master import server_gpus as server_gpus  # the formula's home is config; plan's callers keep it
 from slurmx.errors import ConfigError
 
 Scenario = Literal["fixed-seq-len", "agentic-coding"]
@@ -35,11 +36,6 @@ DRAM_CAP_MIB = 2_861_022
 AGENTIC_DURATION_S = 3600
 # InferenceX names only these two; any other pair is spelled isl_osl (1024_8192).
 _SEQ_LEN_NAMES = {(1024, 1024): "1k1k", (8192, 1024): "8k1k"}
-
-
-def server_gpus(tp: int, pp: int = 1, pcp: int = 1) -> int:
-    """GPUs of one server: tensor x pipeline x prefill-context parallel (the one formula everywhere)."""
-    return tp * pp * pcp
 
 
 def dram_budget_gb(available_cpu_dram_mib: int, gpus_per_node: int, dram_utilization: float, gpu_share: int) -> int:
@@ -101,6 +97,15 @@ class Point:
         return server_gpus(self.tp, self.pp, self.pcp_size)
 
     @property
+    def server_gpus(self) -> int:
+        """GPUs of the server the DRAM budget is for, whose ranks share it: the single-node server, or one
+        prefill worker of a multinode point (plan's multinode budget follows the prefill worker)."""
+        if self.multinode:
+            assert self.prefill is not None
+            return self.prefill.gpus
+        return self.gpus
+
+    @property
     def backend_name(self) -> str:
         return self.kv_offload_backend.name if self.kv_offload_backend else "none"
 
@@ -133,7 +138,7 @@ class NodeLayout:
 
 def _side_layout(worker: WorkerSpec, gpus_per_node: int) -> NodeLayout:
     """Workers of one side: whole nodes per worker when a worker spans nodes, else workers tiling nodes."""
-    worker_gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size)
+    worker_gpus = worker.gpus
     if worker.num_worker == 0:
         return NodeLayout(0, 0, 0, 0)
     if worker_gpus > gpus_per_node:
@@ -297,7 +302,7 @@ def _check_fits(key: str, tp_path: str, gpus: int, profile: ClusterProfile, runn
 def _worker_share(key: str, where: str, worker: WorkerSpec, gpus_per_node: int, masters: Masters) -> int:
     """GPUs of one worker replica on one node, as InferenceX sizes a multinode DRAM budget: a replica
     must fill whole nodes or tile one node evenly."""
-    gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size)
+    gpus = worker.gpus
     if gpus > gpus_per_node:
         if gpus % gpus_per_node:
             message = f"tp*pp*pcp-size={gpus} spans nodes but is not a multiple of gpus-per-node={gpus_per_node}"

@@ -8,7 +8,8 @@ from pathlib import Path
 from slurmx.backends import BackendSpec
 from slurmx.backends.lmcache import LMCacheSpec, check_shm
 from slurmx.backends.none import NoneSpec
-from slurmx.node.preflight import GB, check_gpus, check_memory, check_tools, visible_gpus
+from slurmx.node.gpus import visible_count
+from slurmx.node.preflight import GB, check_gpus, check_memory, check_tools
 from slurmx.recipes.model import Replay
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes.venv import VenvRuntime
@@ -33,7 +34,7 @@ def _runtime(tmp_path: Path, python: str = sys.executable) -> VenvRuntime:
 
 def test_gpu_count_must_match_what_slurm_gave() -> None:
     spec = _spec(NoneSpec(name="none"), gpus=8)
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) == 4
+    assert visible_count({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) == 4
     assert check_gpus(spec, {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}) is None
     reason = check_gpus(spec, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert reason == "GPUs: the point needs 8, CUDA_VISIBLE_DEVICES shows 4 (0,1,2,3)"

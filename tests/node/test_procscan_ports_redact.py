@@ -12,8 +12,9 @@ import uuid
 import pytest
 
 from slurmx.node import ports as ports_mod
+from slurmx.node.identity import MARKER_ENV
 from slurmx.node.ports import free_port, free_ports
-from slurmx.node.procscan import MARKER_ENV, find_job_processes, is_running, kill_survivors
+from slurmx.node.procscan import find_job_processes, is_running, kill_survivors
 from slurmx.node.redact import REDACTED, is_secret_name, redact_argv, redact_env
 
 PY = sys.executable

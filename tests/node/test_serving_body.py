@@ -8,6 +8,7 @@ one-line reason and no result.json; one point's failure does not stop the next o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 from slurmx.inputs import load_inputs
 from slurmx.node import serving_body
 from slurmx.node.body import run_points
-from slurmx.node.recorder import job_marker
+from slurmx.node.identity import job_marker
 from slurmx.results.schema import Result
 from slurmx.store.ledger import queue_point
 from slurmx.store.state import PointState, read_state
@@ -230,3 +231,18 @@ def test_sigterm_during_the_replay_cancels_every_unfinished_point_and_stops_the_
         assert (state.stage, state.ended_by, state.reason) == ("cancelled", "SIGTERM", "interrupted by SIGTERM")
         assert group.result(conc) is None
     assert _engine_gone(group)
+
+
+def test_the_result_records_the_error_threshold_the_node_gated_with(group: Group) -> None:
+    for conc in (2, 4):  # the recipe's threshold, as point.json carries it to the node
+        path = group.sweep.point(group.ids[conc]).point_json
+        record = json.loads(path.read_text())
+        replay = record["serving"]["replay"]
+        key = next(k for k in replay if k.replace("-", "_") == "failed_request_threshold")
+        replay[key] = 0.37
+        path.write_text(json.dumps(record))
+    assert group.run() == {group.ids[2]: "done", group.ids[4]: "done"}
+    for conc in (2, 4):
+        result = group.result(conc)
+        assert result is not None and result.slurmx is not None
+        assert result.slurmx.failed_request_threshold == 0.37

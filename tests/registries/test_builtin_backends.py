@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
-from slurmx.backends.base import GB, ArmProblem, backend_version
+from slurmx.backends.base import GB, Arm, ArmProblem, backend_version
 from slurmx.backends.lmcache import BACKEND as LMCACHE
 from slurmx.backends.lmcache import LMCacheArm, LMCacheSpec, check_shm
 from slurmx.backends.mooncake import BACKEND as MOONCAKE
 from slurmx.backends.mooncake import MooncakeArm, MooncakeSpec
 from slurmx.backends.vllm_simple import BACKEND as VLLM_SIMPLE
-from slurmx.config.master import KvOffloadBackend
+from slurmx.config.master import KvOffloadBackend, WorkerSpec
 from slurmx.plan import Point
 from slurmx.process import Process, ServerPorts
 from slurmx.runtimes.pyxis import PyxisRuntime
@@ -102,6 +103,20 @@ def test_the_mooncake_pin_is_installed_as_the_arms_wheel_and_import_checked() ->
 
 def test_mooncake_segment_per_rank_keeps_three_decimals() -> None:
     assert MOONCAKE.spec(MooncakeArm(), _point("mooncake", 1000, tp=3)).per_rank_gb == 333.333
+
+
+def test_mooncake_segment_per_rank_divides_the_budget_over_every_gpu_rank_of_a_tp4xpp2_server() -> None:
+    # eight ranks share the budget (dividing by tp alone asked for twice the budget)
+    tp4pp2 = replace(_point("mooncake", 1000, tp=4), pp=2)
+    assert MOONCAKE.spec(MooncakeArm(), tp4pp2).per_rank_gb == 125.0
+
+
+def test_mooncake_segment_per_rank_of_a_multinode_point_follows_its_prefill_worker() -> None:
+    #: the budget is one prefill worker's (tp is 0 on a multinode point: it divided by zero)
+    worker = WorkerSpec(num_worker=2, tp=4, ep=1, dp_attn=False, pp=2)
+    multinode = replace(_point("mooncake", 1000, tp=0), multinode=True, prefill=worker, decode=worker)
+    assert MOONCAKE.spec(MooncakeArm(), multinode).per_rank_gb == 125.0
+    assert VLLM_SIMPLE.spec(Arm(), multinode).cpu_bytes_per_rank == 125 * GB
 
 
 def test_lmcache_server_reset_metrics_and_checks(tmp_path: Path) -> None:

@@ -120,3 +120,27 @@ def test_progress_counts_each_file_once_and_a_given_file_list_is_used(tmp_path: 
     collection = col.collect([sweep], files={sweep.path: only})
     assert [r.point_id for r in collection.rows] == ["p0"] and collection.skipped == []
     assert col.collect([sweep]).skipped[0].reason == "empty file"
+
+
+def test_collect_judges_a_result_with_the_error_threshold_the_node_gated_with(tmp_path: Path) -> None:
+    def collected(threshold: float | None, errors: int) -> dict[str, object]:
+        result = make_result(point_id=f"p{errors}", config_key=KEY, sweep_id="s1", requests=170, errors=errors)
+        assert result.slurmx is not None
+        data = result.model_dump(mode="json")
+        if threshold is None:  # a result written before the node recorded its threshold
+            del data["slurmx"]["failed_request_threshold"]
+        else:
+            data["slurmx"]["failed_request_threshold"] = threshold
+        sweep = SweepDir(write_sweep(tmp_path / f"{threshold}-{errors}", KEY, "s1", [result]))
+        (path,) = (sweep.path / "points").glob("*/result.json")
+        path.write_text(json.dumps(data))
+        (row,) = col.collect([sweep]).rows
+        return row.values
+
+    # 30 errors of 200: 15 %, over the default 10 % but under a recipe's 20 %
+    assert collected(0.20, 30)["valid"] is True
+    assert collected(None, 30)["valid"] is False
+    # 15 errors of 185: 8.1 %, under the default but over a recipe's 5 %
+    strict = collected(0.05, 15)
+    assert strict["valid"] is False and "over the threshold 5%" in str(strict["invalid_reason"])
+    assert collected(None, 15)["valid"] is True

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmx.node.procscan import MARKER_ENV, PROC
+from slurmx.node.identity import MARKER_ENV
+from slurmx.node.procscan import PROC
 from slurmx.store.tree import ResultsTree
 from tests.slurm.conftest import SlurmEnv
 

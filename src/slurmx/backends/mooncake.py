@@ -50,7 +50,7 @@ class Mooncake(BaseBackend[MooncakeSpec]):
         return MooncakeSpec(
             name=self.name,
             version=backend_version(point),
-            per_rank_gb=round(point.total_cpu_dram_gb / point.tp, 3),
+            per_rank_gb=round(point.total_cpu_dram_gb / point.server_gpus, 3),  # each rank brings one segment
             master_flags=render_flags(arm.master_flags),
             load_failure_policy=arm.load_failure_policy,
             distribution=arm.distribution,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurmx.backends.base import Arm, BackendSpec, BaseBackend, TierReading, backend_version
-from slurmx.plan import Point, server_gpus
+from slurmx.plan import Point
 from slurmx.process import ServerPorts
 
 
@@ -22,9 +22,7 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
     def spec(self, arm: Arm, point: Point) -> VllmSimpleSpec:
         # the budget is one server's (a multinode point's: one prefill worker's, plan's multinode rule),
         # shared by that server's GPU ranks
-        worker = point.prefill if point.multinode else None
-        gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size) if worker is not None else point.gpus
-        per_rank = int(point.total_cpu_dram_gb * 1e9 / gpus)
+        per_rank = int(point.total_cpu_dram_gb * 1e9 / point.server_gpus)
         return VllmSimpleSpec(name=self.name, version=backend_version(point), cpu_bytes_per_rank=per_rank)
 
     def connector_config(self, spec: VllmSimpleSpec, ports: ServerPorts) -> dict[str, Any] | None:

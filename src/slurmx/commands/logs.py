@@ -9,10 +9,9 @@ from pathlib import Path
 
 from slurmx import paths
 from slurmx.errors import UserError
-from slurmx.node.multinode import NODES_DIR
 from slurmx.store.state import read_state
 from slurmx.store.targets import resolve
-from slurmx.store.tree import PointDir, ResultsTree, SweepDir
+from slurmx.store.tree import LOGS, PointDir, ResultsTree, SweepDir
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _log_files(point: PointDir, sweep: SweepDir, job_id: str | None) -> dict[str, Path]:
     files = {p.stem: p for p in sorted(point.logs.glob("*.log"))}
     # a multinode point's other nodes keep theirs under nodes/<node>/logs/: named <node>/<process>
-    for path in sorted((point.path / NODES_DIR).glob("*/logs/*.log")):
+    for path in sorted(point.nodes.glob(f"*/{LOGS}/*.log")):
         files[f"{path.parent.parent.name}/{path.stem}"] = path
     if job_id and sweep.slurm_log(job_id).exists():
         files["slurm"] = sweep.slurm_log(job_id)

@@ -93,6 +93,11 @@ class _Concurrency(_Model):
         return values
 
 
+def server_gpus(tp: int, pp: int = 1, pcp: int = 1) -> int:
+    """GPUs of one server: tensor x pipeline x prefill-context parallel (the one formula everywhere)."""
+    return tp * pp * pcp
+
+
 def _check_dcp(tp: int, dcp_size: int) -> None:
     if tp % dcp_size:
         raise ValueError(f"tp ({tp}) must be divisible by dcp-size ({dcp_size})")
@@ -131,6 +136,11 @@ class WorkerSpec(_Model):
     def _topology(self) -> Self:
         _check_dcp(self.tp, self.dcp_size)
         return self
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one worker replica (one data-parallel rank of its side)."""
+        return server_gpus(self.tp, self.pp, self.pcp_size)
 
 
 class _Workers(_Model):

@@ -13,8 +13,9 @@ import time
 from slurmx.config.clusters import NodeProfile
 from slurmx.node import procscan
 from slurmx.node.command_body import run_command_point
+from slurmx.node.identity import job_marker, marker_prefix, restart_count, slurm_job_id
 from slurmx.node.multinode import Rendezvous, this_task
-from slurmx.node.recorder import StageRecorder, job_marker, restart_count, slurm_job_id
+from slurmx.node.recorder import StageRecorder
 from slurmx.node.serving_body import Member, run_group
 from slurmx.node.supervisor import JOB_TEARDOWN_GRACE_S, JobInterrupted, Supervisor
 from slurmx.node.worker_body import run_worker
@@ -100,7 +101,7 @@ def _end_earlier_run(recorder: StageRecorder) -> None:
     job_id = slurm_job_id()
     if not job_id:
         return
-    leftovers = procscan.earlier_attempts(f"{job_id}-", job_marker())
+    leftovers = procscan.earlier_attempts(marker_prefix(job_id), job_marker())
     for proc in leftovers:
         procscan.send(proc.pid, signal.SIGKILL)
     procscan.wait_gone([p.pid for p in leftovers], 10.0)

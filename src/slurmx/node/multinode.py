@@ -27,12 +27,13 @@ from typing import Any, Literal
 from slurmx.config.clusters import NodeProfile
 from slurmx.engines.base import NodePart
 from slurmx.errors import UserError
+from slurmx.node.identity import node_name
 from slurmx.node.recorder import PointFailed
 from slurmx.slurm.cluster_check import scontrol_fields
 from slurmx.slurm.commands import run_slurm
 from slurmx.store import atomic
+from slurmx.store.tree import NODES
 
-NODES_DIR = "nodes"
 HEAD_FILE = "head.json"
 POLL_S = 1.0
 BEAT_S = 2.0  # each node's task rewrites <node>.beat this often while it runs
@@ -53,10 +54,9 @@ class NodeTask:
 
 
 def this_task() -> NodeTask:
-    name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     return NodeTask(
         index=int(os.environ.get("SLURM_NODEID") or 0),
-        name=name,
+        name=node_name(),
         count=int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1),
     )
 
@@ -101,7 +101,7 @@ class Rendezvous:
     """The nodes/ directory of one point for one Slurm job."""
 
     def __init__(self, point_dir: Path, job_id: str, stale_s: float = STALE_S) -> None:
-        self.dir = point_dir / NODES_DIR
+        self.dir = point_dir / NODES
         self.job_id = job_id
         self.stale_s = stale_s
 

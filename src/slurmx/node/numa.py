@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slurmx.node import gpus as node_gpus
+
 if TYPE_CHECKING:  # only stdlib at run time: the launcher starts before every backend server
     from slurmx.config.clusters import NumaPolicy
 
@@ -94,8 +96,7 @@ def read_topology(env: dict[str, str]) -> Topology:
 
 def point_gpus(env: dict[str, str], topology: Topology) -> list[str]:
     """The point's GPU indices (CUDA_VISIBLE_DEVICES by index), else every GPU seen."""
-    visible = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip().isdigit()]
-    return visible or sorted(topology.gpus, key=int)
+    return node_gpus.visible_indices(env) or sorted(topology.gpus, key=int)
 
 
 def cpus_of(nodes: Sequence[int], topology: Topology) -> str:

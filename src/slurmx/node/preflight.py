@@ -10,7 +10,7 @@ from pathlib import Path
 
 from slurmx import backends
 from slurmx.backends.base import GB
-from slurmx.node import gpu_hygiene
+from slurmx.node import gpu_hygiene, gpus, identity
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import Runtime
 
@@ -20,11 +20,6 @@ def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("no MemAvailable in /proc/meminfo")
-
-
-def visible_gpus(env: dict[str, str]) -> int:
-    devices = env.get("CUDA_VISIBLE_DEVICES", "").strip()
-    return len([d for d in devices.split(",") if d]) if devices else 0
 
 
 def memory_margin_bytes(pool_bytes: int) -> int:
@@ -46,9 +41,9 @@ def check_memory(spec: ServingSpec, available: int) -> str | None:
 
 
 def check_gpus(spec: ServingSpec, env: dict[str, str]) -> str | None:
-    seen, need = visible_gpus(env), spec.gpus
+    seen, need = gpus.visible_count(env), spec.gpus
     if seen != need:
-        return f"GPUs: the point needs {need}, CUDA_VISIBLE_DEVICES shows {seen} ({env.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        return f"GPUs: the point needs {need}, CUDA_VISIBLE_DEVICES shows {seen} ({env.get(gpus.VISIBLE_ENV, 'unset')})"
     return None
 
 
@@ -69,7 +64,7 @@ def check_node_clean(env: dict[str, str], remove_shm: bool) -> str | None:
     findings = gpu_hygiene.node_hygiene(env, remove_shm=remove_shm)
     for note in findings.notes:
         print(f"preflight: {note}", flush=True)
-    return findings.failure(env.get("SLURMD_NODENAME"))
+    return findings.failure(identity.node_name(env))
 
 
 def preflight(spec: ServingSpec, runtime: Runtime, env: dict[str, str], *, remove_shm: bool = False) -> list[str]:

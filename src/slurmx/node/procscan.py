@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-MARKER_ENV = "SLURMX_JOB_MARKER"
+from slurmx.node.identity import MARKER_ENV
+
 PROC = Path("/proc")
 
 

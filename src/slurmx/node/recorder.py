@@ -1,50 +1,16 @@
-"""A point's stages as the job body records them in state.json, and the job's identity on the node."""
+"""A point's stages as the job body records them in state.json."""
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Callable
 
+from slurmx.node.identity import node_name, restart_count, slurm_job_id
 from slurmx.store.state import PointState, Stage, update_state
-from slurmx.store.tree import PointDir
+from slurmx.store.tree import ATTEMPT_FILES, PointDir
 
 
 class PointFailed(Exception):
     """A point failed for a reason that fits on one line."""
-
-
-def slurm_job_id() -> str | None:
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if array and task:
-        return f"{array}_{task}"
-    return os.environ.get("SLURM_JOB_ID")
-
-
-def job_marker() -> str:
-    """Unique per job and attempt: every process the job starts carries it in its env."""
-    return f"{slurm_job_id() or 'local'}-{os.getpid()}"
-
-
-def restart_count() -> int:
-    """How often Slurm requeued this job (node failure, preemption, scontrol requeue)."""
-    try:
-        return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-    except ValueError:
-        return 0
-
-
-# What a point's directory holds of one attempt; a requeue moves it under attempts/<n>/ first.
-ATTEMPT_FILES = (
-    "logs",
-    "commands",
-    "aiperf",
-    "trace.jsonl",
-    "teardown.json",
-    "teardown-replay.json",
-    "lock.json",
-    "result.json",
-)
 
 
 class StageRecorder:
@@ -82,8 +48,7 @@ class StageRecorder:
         return self.state.ended
 
     def started(self) -> None:
-        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-        fields: dict[str, object] = {"node": node, "reason": None}
+        fields: dict[str, object] = {"node": node_name(), "reason": None}
         if job_id := slurm_job_id():
             fields["job_id"] = job_id
         restarts = restart_count()
@@ -95,7 +60,7 @@ class StageRecorder:
     def _new_attempt(self, restarts: int) -> dict[str, object]:
         """Slurm requeued the job: keep the earlier attempt's files, and start this one clean."""
         before = self.state
-        archive = self.point.path / "attempts" / str(before.attempt)
+        archive = self.point.attempt(before.attempt)
         for name in ATTEMPT_FILES:
             source = self.point.path / name
             if source.exists() or source.is_symlink():

@@ -18,6 +18,7 @@ from typing import Any
 from slurmx import backends, engines
 from slurmx.node import lock as run_lock
 from slurmx.node import loopback, numa, provision, telemetry
+from slurmx.node.identity import job_marker
 from slurmx.node.launch import (
     ENGINE,
     ROUTER,
@@ -33,7 +34,7 @@ from slurmx.node.launch import (
 from slurmx.node.multinode import Rendezvous, node_address, this_task
 from slurmx.node.ports import free_ports
 from slurmx.node.preflight import preflight
-from slurmx.node.recorder import PointFailed, StageRecorder, job_marker
+from slurmx.node.recorder import PointFailed, StageRecorder
 from slurmx.node.supervisor import JobInterrupted, Managed, Supervisor, SupervisorError
 from slurmx.node.trace import synthetic_trace, working_set_tokens, write_trace
 from slurmx.process import Process, ServerPorts
@@ -44,7 +45,7 @@ from slurmx.results.evidence import ArmInputs, log_failures
 from slurmx.results.schema import Result
 from slurmx.runtimes import Runtime, runtime_for
 from slurmx.store.ledger import PointRecord
-from slurmx.store.tree import PointDir
+from slurmx.store.tree import COMMANDS, LOGS, TEARDOWN_REPLAY_JSON, PointDir
 
 REPLAY_GRACE_S = 900  # on top of the replay's own duration, for aiperf's start-up and drain
 # A replay ended early (cancel, time limit, a server's crash) gets its stop signal (aiperf: SIGINT, on
@@ -129,7 +130,7 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
     provisioned, ports, plan = prepared.provisioned, prepared.ports, prepared.plan
     numa_prefix, numa_record = prepared.numa_prefix, prepared.numa_record
     base_env = dict(os.environ)
-    telemetry_dir = first.point.path / "telemetry"  # sampled for the whole group; torn down with the rest
+    telemetry_dir = first.point.telemetry  # sampled for the whole group; torn down with the rest
     supervisor.start("telemetry", telemetry.telemetry_argv(sys.executable, telemetry_dir), {}, base_env=base_env)
     started = []
     for process in plan.servers:
@@ -174,7 +175,7 @@ def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[st
 
 def _link_server_logs(owner: PointDir, member: PointDir) -> None:
     """Points that reuse a server see its logs and commands in their own directories."""
-    for sub in ("logs", "commands"):
+    for sub in (LOGS, COMMANDS):
         (member.path / sub).mkdir(parents=True, exist_ok=True)
         for source in (owner.path / sub).glob("*"):
             if source.name.startswith("replay"):
@@ -233,7 +234,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
     rows: list[dict[str, Any]] = []
     if spec.replay.kind == "synthetic":
         rows = synthetic_trace(spec.replay, spec.conc)
-        trace, turns = member.point.path / "trace.jsonl", len(rows)
+        trace, turns = member.point.trace_jsonl, len(rows)
         write_trace(trace, rows)
     working_set = (
         working_set_tokens(rows, spec.conc, spec.replay.shared_prefix_tokens, spec.replay.output_tokens)
@@ -252,7 +253,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
             f"{job_marker()}-{member.point.member_id}-replay",  # the job's prefix: a sweep by job id finds aiperf too
             grace_s=REPLAY_STOP_GRACE_S,  # a server's crash, the replay's deadline
             signal_grace_s=replay_stop_grace(member),  # cancel, time limit: within Slurm's KillWait
-            report_name="teardown-replay.json",
+            report_name=TEARDOWN_REPLAY_JSON,
         ) as replay_sup:
             managed = replay_sup.start(
                 "replay", process.argv, process.env, base_env=dict(os.environ), stop_signal=process.stop_signal
@@ -311,7 +312,7 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
     )
     planned = servers.plan.servers if servers.plan is not None else []
     processes = [*planned, *([member.replay] if member.replay else [])]
-    run_lock.write_lock(member.point.path / run_lock.LOCK_NAME, member.record.point_id, servers.lock, processes)
+    run_lock.write_lock(member.point.lock_json, member.record.point_id, servers.lock, processes)
     if servers.telemetry_dir is not None and window.ended_at is not None and not interrupted:
         telemetry.await_sample_after(servers.telemetry_dir, window.ended_at)
     result = build_result(
@@ -332,6 +333,7 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
     backend = member.record.point.backend_name
     result.slurmx.backend_version = versions.get(backend) if backend != "none" else None
     result.slurmx.image_digest = servers.lock.get("image_digest")
+    result.slurmx.failed_request_threshold = member.spec.replay.failed_request_threshold
     return result
 
 
@@ -360,7 +362,7 @@ def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
     result.slurmx.repeat = member.point.repeat
     result.slurmx.repeats = member.record.repeats
     result.slurmx.repeat_mode = member.record.repeat_mode
-    reason = gate.check(result, max_error_rate=member.spec.replay.failed_request_threshold)
+    reason = gate.check(result, max_error_rate=result.slurmx.failed_request_threshold)
     result.slurmx.invalid_reason = reason
     result.slurmx.labels = gate.labels(result) if reason is None else []
     write_result(member.point.result_json, result)

@@ -17,7 +17,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,10 +28,12 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from slurmx.node import loopback, procscan
+from slurmx.node.identity import MARKER_ENV, node_name
 from slurmx.node.ports import free_port, free_ports
-from slurmx.node.procscan import MARKER_ENV, ProcInfo, kill_survivors
+from slurmx.node.procscan import ProcInfo, kill_survivors
 from slurmx.node.redact import redact_argv, redact_env
 from slurmx.store import atomic
+from slurmx.store.tree import COMMANDS, LOGS, TEARDOWN_JSON
 
 __all__ = [
     "HANDLED_SIGNALS",
@@ -207,11 +208,6 @@ def render_command(name: str, argv: Sequence[str], env_delta: Mapping[str, str],
     return "\n".join(lines) + "\n"
 
 
-def node_name() -> str:
-    """The Slurm node this runs on (several fake nodes share one host on the local cluster), else the host."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
 def probe(url: str, timeout_s: float, expect: Callable[[bytes], bool] | None = None) -> tuple[bool, str]:
     """One GET: (ready, what happened). Ready means a 2xx whose body satisfies `expect`."""
     try:
@@ -239,7 +235,7 @@ class Supervisor:
         *,
         grace_s: float = 10.0,
         kill_wait_s: float = 5.0,
-        report_name: str = "teardown.json",
+        report_name: str = TEARDOWN_JSON,
         signal_grace_s: float | None = None,
     ) -> None:
         """`grace_s`: how long teardown waits after the stop signals before SIGKILL; `signal_grace_s`: the
@@ -265,11 +261,11 @@ class Supervisor:
 
     @property
     def logs_dir(self) -> Path:
-        return self.run_dir / "logs"
+        return self.run_dir / LOGS
 
     @property
     def commands_dir(self) -> Path:
-        return self.run_dir / "commands"
+        return self.run_dir / COMMANDS
 
     @property
     def report_path(self) -> Path:

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from slurmx.node import gpus as node_gpus
 from slurmx.results.energy import INFO_JSON, METRICS_CSV
 
 __all__ = ["INFO_JSON", "METRICS_CSV", "run", "telemetry_argv"]
@@ -81,42 +82,17 @@ class Sample:
         return [f"{self.timestamp:.6f}", self.index, *("" if v is None else f"{v:g}" for v in values)]
 
 
-def visible_devices(env: dict[str, str]) -> list[str] | None:
-    """CUDA_VISIBLE_DEVICES as a list (indices or UUIDs); None when unset (every GPU)."""
-    raw = env.get("CUDA_VISIBLE_DEVICES")
-    if raw is None:
-        return None
-    return [d.strip() for d in raw.split(",") if d.strip()]
-
-
-def _select(all_ids: list[tuple[str, str]], wanted: list[str] | None) -> list[tuple[str, str]]:
-    """(index, uuid) pairs of the GPUs `wanted` names, by index or UUID (prefix), in its order."""
-    if wanted is None:
-        return all_ids
-    chosen = []
-    for want in wanted:
-        for index, uuid in all_ids:
-            if want == index or (want.startswith(("GPU-", "MIG-")) and uuid.startswith(want)):
-                chosen.append((index, uuid))
-                break
-    return chosen
-
-
 class NvmlSource:
     """NVML through nvidia-ml-py: power in mW, the total-energy counter in mJ since driver load."""
 
     name = "nvml"
 
     def __init__(self, wanted: list[str] | None) -> None:
-        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]  # nvidia-ml-py ships no types
-
-        self._nvml = pynvml
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        ids = [(str(i), _text(pynvml.nvmlDeviceGetUUID(h))) for i, h in enumerate(handles)]
-        self.gpus = _select(ids, wanted)
-        self._handles = [handles[int(index)] for index, _ in self.gpus]
+        self._nvml = node_gpus.open_nvml()
+        devices = node_gpus.nvml_devices(self._nvml)
+        handles = {index: handle for index, _, handle in devices}
+        self.gpus = node_gpus.select([(index, uuid) for index, uuid, _ in devices], wanted)
+        self._handles = [handles[index] for index, _ in self.gpus]
         self.devices = [
             self._describe(index, uuid, h) for (index, uuid), h in zip(self.gpus, self._handles, strict=True)
         ]
@@ -162,7 +138,7 @@ class NvmlSource:
         return out
 
     def close(self) -> None:
-        _try(self._nvml.nvmlShutdown)
+        node_gpus.close_nvml(self._nvml)
 
 
 class SmiSource:
@@ -174,7 +150,7 @@ class SmiSource:
         self._smi = smi
         rows = self._query()
         ids = [(row[0], row[1]) for row in rows]
-        self.gpus = _select(ids, wanted)
+        self.gpus = node_gpus.select(ids, wanted)
         self.devices = [{"index": index, "uuid": uuid} for index, uuid in self.gpus]
 
     def _query(self) -> list[list[str]]:
@@ -217,7 +193,7 @@ def smi_sample(row: Sequence[str], timestamp: float) -> Sample:
 
 def open_source(env: dict[str, str]) -> tuple[NvmlSource | SmiSource | None, list[str]]:
     """NVML, else nvidia-smi; else None with the reasons each was not usable."""
-    wanted = visible_devices(env)
+    wanted = node_gpus.visible(env)
     reasons = []
     if wanted == []:
         return None, ["CUDA_VISIBLE_DEVICES is empty: no GPU granted"]
@@ -228,7 +204,7 @@ def open_source(env: dict[str, str]) -> tuple[NvmlSource | SmiSource | None, lis
     else:
         if source.gpus:
             return source, reasons
-        reasons.append(f"nvml: none of CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')} found")
+        reasons.append(f"nvml: none of CUDA_VISIBLE_DEVICES={env.get(node_gpus.VISIBLE_ENV)} found")
         source.close()
     if shutil.which("nvidia-smi") is None:
         reasons.append("nvidia-smi: not on PATH")
@@ -303,7 +279,7 @@ def run(out_dir: Path, interval_s: float, env: dict[str, str], max_samples: int 
     info: dict[str, Any] = {
         "source": source.name if source else "none",
         "interval_s": interval_s,
-        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "cuda_visible_devices": env.get(node_gpus.VISIBLE_ENV),
         "devices": source.devices if source else [],
         "fallback_reasons": reasons,
         "started_at": time.time(),

@@ -11,9 +11,10 @@ import os
 import signal
 import time
 
+from slurmx.node.identity import job_marker
 from slurmx.node.launch import NodePart, placed
 from slurmx.node.multinode import NodeTask, Rendezvous, head_node, node_address
-from slurmx.node.recorder import PointFailed, job_marker
+from slurmx.node.recorder import PointFailed
 from slurmx.node.serving_body import Member, prepare_node
 from slurmx.node.supervisor import (
     JOB_TEARDOWN_GRACE_S,

@@ -228,7 +228,7 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:
     cache = result.server_metrics.cache
     meta = result.slurmx
     evidence = meta.evidence if meta else None
-    reason = gate.check(result)
+    reason = gate.check(result, max_error_rate=gate.threshold_of(result))
     return {
         "config_key": meta.config_key if meta and meta.config_key else sweep.config_key,
         "sweep_id": sweep.sweep_id,

@@ -122,7 +122,7 @@ def inferencex_rows(path: Path) -> list[col.Row]:
             raise UserError(
                 f"--compare: {path}: entry {index}: not an InferenceX aggregate ({where}: {first['msg']})"
             ) from None
-        reason = gate.check(result)
+        reason = gate.check(result, max_error_rate=gate.threshold_of(result))
         if reason is not None:
             continue
         values = col.flatten(result, path, fake_sweep)

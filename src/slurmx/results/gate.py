@@ -9,14 +9,19 @@ A refused result is still written (with `slurmx.invalid_reason`) and shown; it n
 
 from __future__ import annotations
 
-from slurmx.results.schema import ArmEvidence, Result
+from slurmx.results.schema import DEFAULT_ERROR_THRESHOLD, ArmEvidence, Result
 
 NOT_ENGAGED = "offload tier not engaged"
 NOT_EXERCISED = "offload not exercised"
 ARM_MISMATCH = "arm mismatch"
 
 
-def check(result: Result, *, max_error_rate: float = 0.10, min_requests: int = 1) -> str | None:
+def threshold_of(result: Result) -> float:
+    """The error threshold the node judged `result` with: a later judge (collect, compare) uses the same."""
+    return result.slurmx.failed_request_threshold if result.slurmx is not None else DEFAULT_ERROR_THRESHOLD
+
+
+def check(result: Result, *, max_error_rate: float = DEFAULT_ERROR_THRESHOLD, min_requests: int = 1) -> str | None:
     """The one-line reason `result` is not a valid data point, or None when it is."""
     meta = result.slurmx
     if meta is not None and meta.invalid_reason:

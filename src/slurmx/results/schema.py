@@ -60,6 +60,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from slurmx.plan import server_gpus
 
 SCHEMA_VERSION = 1
+# The request error rate over which a point is invalid when its recipe sets none (and for results written before
+# result.json recorded the one the node gated with).
+DEFAULT_ERROR_THRESHOLD = 0.10
 
 
 class _Strict(BaseModel):
@@ -290,6 +293,7 @@ class SlurmxMeta(_Strict):
     repeat: int = 1  # which run of the point this is (`submit --repeats`); part of the result's identity
     repeats: int = 1  # how many runs were asked for
     repeat_mode: Literal["separate-tasks", "shared-server"] | None = None  # how the repeats ran
+    failed_request_threshold: float = DEFAULT_ERROR_THRESHOLD  # the error rate the node gated with (the recipe's)
 
 
 class Result(_Strict):

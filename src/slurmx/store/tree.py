@@ -1,7 +1,8 @@
 """Layout of the shared results tree; the only place that knows file names.
 
 results/<config-key>/<sweep-id>/sweep.json
-results/<config-key>/<sweep-id>/points/<point-id>/{point.json,state.json,result.json,commands/,logs/,aiperf/}
+results/<config-key>/<sweep-id>/points/<point-id>/{point.json,state.json,result.json,lock.json,trace.jsonl,
+                                                    commands/,logs/,aiperf/,telemetry/,nodes/,attempts/<n>/}
 results/<config-key>/<sweep-id>/points/<point-id>/repeats/<n>/{state.json,result.json,...}   repeat n >= 2
 
 Repeat 1 of a point is the point's own directory, so a sweep without repeats looks as it always did.
@@ -14,8 +15,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+# Every name of the tree, here only (file names below a point's directory included).
+SWEEP_JSON = "sweep.json"
+SUBMITIT = "submitit"
+POINTS = "points"
+POINT_JSON = "point.json"
+STATE_JSON = "state.json"
+RESULT_JSON = "result.json"
+LOCK_JSON = "lock.json"
+TRACE_JSONL = "trace.jsonl"
+TEARDOWN_JSON = "teardown.json"
+TEARDOWN_REPLAY_JSON = "teardown-replay.json"
+COMMANDS = "commands"
+LOGS = "logs"
+AIPERF = "aiperf"
+TELEMETRY = "telemetry"
+NODES = "nodes"
+ATTEMPTS = "attempts"
 _REPEATS = "repeats"
 _MEMBER_SEP = ".r"
+# What a point's directory holds of one attempt; a requeue moves it under attempts/<n>/ first.
+ATTEMPT_FILES = (LOGS, COMMANDS, AIPERF, TRACE_JSONL, TEARDOWN_JSON, TEARDOWN_REPLAY_JSON, LOCK_JSON, RESULT_JSON)
 
 
 def member_id(point_id: str, repeat: int = 1) -> str:
@@ -62,27 +82,48 @@ class PointDir:
 
     @property
     def point_json(self) -> Path:
-        return self.root / "point.json"
+        return self.root / POINT_JSON
 
     @property
     def state_json(self) -> Path:
-        return self.path / "state.json"
+        return self.path / STATE_JSON
 
     @property
     def result_json(self) -> Path:
-        return self.path / "result.json"
+        return self.path / RESULT_JSON
 
     @property
     def commands(self) -> Path:
-        return self.path / "commands"
+        return self.path / COMMANDS
 
     @property
     def logs(self) -> Path:
-        return self.path / "logs"
+        return self.path / LOGS
 
     @property
     def aiperf(self) -> Path:
-        return self.path / "aiperf"
+        return self.path / AIPERF
+
+    @property
+    def lock_json(self) -> Path:
+        return self.path / LOCK_JSON
+
+    @property
+    def trace_jsonl(self) -> Path:
+        return self.path / TRACE_JSONL
+
+    @property
+    def telemetry(self) -> Path:
+        return self.path / TELEMETRY
+
+    @property
+    def nodes(self) -> Path:
+        """A multinode point's per-node records (rendezvous, each node's own supervisor's files)."""
+        return self.path / NODES
+
+    def attempt(self, attempt: int) -> Path:
+        """Where an earlier attempt's files are kept after a requeue."""
+        return self.path / ATTEMPTS / str(attempt)
 
 
 @dataclass(frozen=True)
@@ -99,11 +140,11 @@ class SweepDir:
 
     @property
     def sweep_json(self) -> Path:
-        return self.path / "sweep.json"
+        return self.path / SWEEP_JSON
 
     @property
     def submitit(self) -> Path:
-        return self.path / "submitit"
+        return self.path / SUBMITIT
 
     def slurm_log(self, job_id: str) -> Path:
         """Slurm's output of one job or array task (submitit's name; stderr goes there too)."""
@@ -114,14 +155,14 @@ class SweepDir:
         return self.path.parent / ".submit.lock"
 
     def point(self, point_id: str, repeat: int = 1) -> PointDir:
-        return PointDir(self.path / "points" / point_id).repeat_dir(repeat)
+        return PointDir(self.path / POINTS / point_id).repeat_dir(repeat)
 
     def member(self, member: str) -> PointDir:
         """The directory of an array task's member id (a point id, or "<point-id>.r<n>")."""
         return self.point(*parse_member(member))
 
     def points(self) -> Iterator[PointDir]:
-        root = self.path / "points"
+        root = self.path / POINTS
         if root.is_dir():
             for child in sorted(root.iterdir()):
                 if child.is_dir():
@@ -168,5 +209,5 @@ class ResultsTree:
             if not key_dir.is_dir():
                 continue
             for sweep in sorted(key_dir.iterdir()):
-                if (sweep / "sweep.json").exists():
+                if (sweep / SWEEP_JSON).exists():
                     yield SweepDir(sweep)
