@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurmx import engines
 from slurmx.config.master import WorkerSpec
+from slurmx.engines import Engine, EngineMetrics, KvPoolLog
 from slurmx.plan import Point
 from slurmx.results import energy, prometheus
 from slurmx.results.evidence import ArmInputs, build_evidence
@@ -107,6 +109,7 @@ def build_result(
     (kv_cache_pool_tokens); `arm` is what
     the job body knows of how the arm ran (engine argv, logs, working set), for the arm's evidence."""
     window = window or ReplayWindow()
+    engine = engine_of(point)
     artifact_dir = Path(artifact_dir)
     records, accounting = load_records(artifact_dir / PROFILE_JSONL)
     profile = _load_json(artifact_dir / PROFILE_JSON)
@@ -122,16 +125,17 @@ def build_result(
             input_tput_tps=totals.input.tokens_per_second / gpus if totals.input else 0.0,
         )
 
-    counters, source = engine_counters(server_export, window.engine_metrics_before, window.engine_metrics_after)
-    server_metrics = server_metrics_from(records, counters)
+    names = engine.metrics
+    counters, source = engine_counters(server_export, window.engine_metrics_before, window.engine_metrics_after, names)
+    server_metrics = server_metrics_from(records, counters, names)
     if engine_logs:
-        server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_logs)
+        server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_logs, engine.kv_pool_log)
     meta = _slurmx_meta(point, profile, run, window, source)
-    meta.requests_by_rank = requests_by_rank(counters)
+    meta.requests_by_rank = requests_by_rank(counters, names)
     # the tier's own counters reach us through aiperf's export (it scrapes the backend's /metrics)
-    exported = counters_from_export(server_export)
+    exported = counters_from_export(server_export, names.rank_label)
     meta.evidence = build_evidence(
-        point.backend_name, server_metrics, exported.delta, exported.gauge_max, arm or ArmInputs()
+        point.backend_name, server_metrics, exported.delta, exported.gauge_max, arm or ArmInputs(), engine
     )
     backend = point.kv_offload_backend
     dataset = (profile.get("metadata") or {}).get("dataset") if isinstance(profile, dict) else None
@@ -181,6 +185,12 @@ def build_result(
     if point.multinode:
         _set_worker_shape(result, point)
     return result
+
+
+def engine_of(point: Point) -> Engine:
+    """The engine whose declared metric names and log lines the point's artifacts carry: its framework's,
+    or the default engine's for a framework slurmx does not serve (an InferenceX row aggregated for parity)."""
+    return engines.REGISTRY.get(point.framework) or engines.default()
 
 
 def _worker_gpus(worker: WorkerSpec) -> int:
@@ -474,35 +484,15 @@ def _theoretical_hit_rate(profile: dict[str, Any]) -> float | None:
 
 # ---------------------------------------------------------------- server metrics
 
-# vLLM counter names without the `_total` suffix (aiperf's export strips it; the raw text keeps it)
-_PREFIX_QUERIES = "vllm:prefix_cache_queries"
-_PREFIX_HITS = "vllm:prefix_cache_hits"
-_EXT_QUERIES = "vllm:external_prefix_cache_queries"
-_EXT_HITS = "vllm:external_prefix_cache_hits"
-_PROMPT = "vllm:prompt_tokens"
-_GENERATION = "vllm:generation_tokens"
-_REQUESTS_DONE = "vllm:request_success"  # per finish reason and engine (data-parallel rank)
-# vLLM 0.32: source = device | host | p2p | disk | external_unspecified
-_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source"
-# vLLM 0.32: source = local_compute | local_cache_hit | external_kv_transfer (what InferenceX reads)
-_PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source"
-_GPU_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-_CPU_USAGE = "vllm:cpu_kv_cache_usage_perc"
-_OFFLOAD = {
-    "bytes_gpu_to_cpu": "vllm:kv_offload_bytes_gpu_to_cpu",
-    "bytes_cpu_to_gpu": "vllm:kv_offload_bytes_cpu_to_gpu",
-    "time_gpu_to_cpu": "vllm:kv_offload_time_gpu_to_cpu",
-    "time_cpu_to_gpu": "vllm:kv_offload_time_cpu_to_gpu",
-}
-
 
 class _Counters:
     """Counter deltas and gauges by metric name (without `_total`), from either source."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank_label: str = "engine") -> None:
+        self.rank_label = rank_label
         self.delta: dict[str, float] = {}
         self.by_source: dict[str, dict[str, float]] = {}  # by the `source` label (prompt tokens by origin)
-        self.by_engine: dict[str, dict[str, float]] = {}  # by vLLM's `engine` label: one per data-parallel rank
+        self.by_engine: dict[str, dict[str, float]] = {}  # by the engine's rank label: one per data-parallel rank
         self.gauge_max: dict[str, float] = {}
         self.names: set[str] = set()
 
@@ -511,7 +501,7 @@ class _Counters:
 
     def add(self, name: str, labels: dict[str, str], value: float) -> None:
         self.delta[name] = self.delta.get(name, 0.0) + value
-        for key, buckets in (("source", self.by_source), ("engine", self.by_engine)):
+        for key, buckets in (("source", self.by_source), (self.rank_label, self.by_engine)):
             if (label := labels.get(key)) is not None:
                 bucket = buckets.setdefault(name, {})
                 bucket[label] = bucket.get(label, 0.0) + value
@@ -521,9 +511,9 @@ def _strip_total(name: str) -> str:
     return name[: -len("_total")] if name.endswith("_total") else name
 
 
-def counters_from_scrapes(before: str, after: str) -> _Counters:
+def counters_from_scrapes(before: str, after: str, rank_label: str = "engine") -> _Counters:
     """after - before for every counter series; gauges from `after`."""
-    out = _Counters()
+    out = _Counters(rank_label)
     start = {(s.name, s.labels): s.value for s in prometheus.iter_samples(before)}
     for s in prometheus.iter_samples(after):
         out.names.add(_strip_total(s.name))
@@ -538,9 +528,9 @@ def counters_from_scrapes(before: str, after: str) -> _Counters:
     return out
 
 
-def counters_from_export(export: dict[str, Any]) -> _Counters:
+def counters_from_export(export: dict[str, Any], rank_label: str = "engine") -> _Counters:
     """aiperf's server_metrics_export.json: counters' stats.total is the window delta, gauges' stats.max."""
-    out = _Counters()
+    out = _Counters(rank_label)
     metrics = export.get("metrics") if isinstance(export, dict) else None
     if not isinstance(metrics, dict):
         return out
@@ -593,15 +583,17 @@ def compute_server_metrics(
     export: dict[str, Any],
     before: str | None,
     after: str | None,
+    metrics: EngineMetrics | None = None,
 ) -> tuple[ServerMetrics, MetricsSource]:
-    counters, source = engine_counters(export, before, after)
-    return server_metrics_from(records, counters), source
+    counters, source = engine_counters(export, before, after, metrics)
+    return server_metrics_from(records, counters, metrics), source
 
 
-def requests_by_rank(counters: _Counters) -> dict[str, int] | None:
-    """Requests each data-parallel rank finished over the window (vLLM's `engine` label), when there are
+def requests_by_rank(counters: _Counters, metrics: EngineMetrics | None = None) -> dict[str, int] | None:
+    """Requests each data-parallel rank finished over the window (the engine's rank label), when there are
     several: how evenly the API server spread the load."""
-    ranks = counters.by_engine.get(_REQUESTS_DONE, {})
+    names = metrics or engines.default().metrics
+    ranks = counters.by_engine.get(names.requests_done, {})
     return (
         {rank: round(n) for rank, n in sorted(ranks.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)}
         if len(ranks) > 1
@@ -609,14 +601,17 @@ def requests_by_rank(counters: _Counters) -> dict[str, int] | None:
     )
 
 
-def engine_counters(export: dict[str, Any], before: str | None, after: str | None) -> tuple[_Counters, MetricsSource]:
+def engine_counters(
+    export: dict[str, Any], before: str | None, after: str | None, metrics: EngineMetrics | None = None
+) -> tuple[_Counters, MetricsSource]:
     """The engine's counters over the window: the before/after scrape delta when both exist, else aiperf's
     export of the engine's /metrics."""
-    exported = counters_from_export(export)
+    rank_label = (metrics or engines.default().metrics).rank_label
+    exported = counters_from_export(export, rank_label)
     source: MetricsSource
     if before is not None and after is not None:
         try:
-            counters, source = counters_from_scrapes(before, after), "scrape-delta"
+            counters, source = counters_from_scrapes(before, after, rank_label), "scrape-delta"
         except prometheus.PrometheusParseError as exc:
             raise ArtifactError(f"the engine's /metrics scrape does not parse: {exc}") from None
         # gauges seen over the whole window beat a single scrape
@@ -625,14 +620,17 @@ def engine_counters(export: dict[str, Any], before: str | None, after: str | Non
     elif exported.names:
         counters, source = exported, "aiperf-export"
     else:
-        counters, source = _Counters(), "none"
+        counters, source = _Counters(rank_label), "none"
     return counters, source
 
 
-def server_metrics_from(records: list[dict[str, Any]], counters: _Counters) -> ServerMetrics:
+def server_metrics_from(
+    records: list[dict[str, Any]], counters: _Counters, metrics: EngineMetrics | None = None
+) -> ServerMetrics:
+    names = metrics or engines.default().metrics
     present = bool(counters.names)
-    hits, queries = counters.get(_PREFIX_HITS), counters.get(_PREFIX_QUERIES)
-    ext_hits, ext_queries = counters.get(_EXT_HITS), counters.get(_EXT_QUERIES)
+    hits, queries = counters.get(names.prefix_hits), counters.get(names.prefix_queries)
+    ext_hits, ext_queries = counters.get(names.external_hits), counters.get(names.external_queries)
     gpu_rate = _rate(hits, queries)
     ext_rate = _rate(ext_hits, ext_queries)
     cache = ServerCache(
@@ -644,10 +642,10 @@ def server_metrics_from(records: list[dict[str, Any]], counters: _Counters) -> S
         external_prefix_cache_hits=ext_hits,
         external_prefix_cache_queries=ext_queries,
     )
-    prompt_total = counters.get(_PROMPT)
+    prompt_total = counters.get(names.prompt_tokens)
     by_source = PromptBySource()
-    cached = counters.by_source.get(_CACHED_BY_SOURCE, {})
-    split = counters.by_source.get(_PROMPT_BY_SOURCE, {})
+    cached = counters.by_source.get(names.cached_by_source, {})
+    split = counters.by_source.get(names.prompt_by_source, {})
     if cached:
         cache.cached_tokens_by_source = cached
     if split:
@@ -675,14 +673,14 @@ def server_metrics_from(records: list[dict[str, Any]], counters: _Counters) -> S
     if host and whole_prompt:
         cache.cpu_cache_hit_rate = host / whole_prompt
 
-    gpu_usage = max((counters.gauge_max[n] for n in _GPU_USAGE if n in counters.gauge_max), default=None)
-    offload = {field: counters.get(name) for field, name in _OFFLOAD.items()}
+    gpu_usage = max((counters.gauge_max[n] for n in names.gpu_usage if n in counters.gauge_max), default=None)
+    offload = {field: counters.get(name) for field, name in names.offload.items()}
     kv_offload = KvOffload(
         **offload,
         bandwidth_gpu_to_cpu_bytes_per_second=_rate(offload["bytes_gpu_to_cpu"], offload["time_gpu_to_cpu"]),
         bandwidth_cpu_to_gpu_bytes_per_second=_rate(offload["bytes_cpu_to_gpu"], offload["time_cpu_to_gpu"]),
     )
-    generation_total = counters.get(_GENERATION)
+    generation_total = counters.get(names.generation_tokens)
     isl = sum(_values(records, "input_sequence_length"))
     osl = sum(_values(records, "output_sequence_length"))
     tokens = ServerTokens(
@@ -691,19 +689,19 @@ def server_metrics_from(records: list[dict[str, Any]], counters: _Counters) -> S
         requests_completed=len(records),
         prompt_by_source=by_source,
     )
-    metrics = ServerMetrics(
+    server = ServerMetrics(
         present=present,
-        adapter="vllm" if any(n.startswith("vllm:") for n in counters.names) else "none",
+        adapter=names.prefix.rstrip(":") if any(n.startswith(names.prefix) for n in counters.names) else "none",
         metric_count=len(counters.names),
         cache=cache,
         kv_cache=KvCache(
             gpu_usage_pct=_fraction(gpu_usage),
-            cpu_usage_pct=_fraction(counters.gauge_max.get(_CPU_USAGE)),
+            cpu_usage_pct=_fraction(counters.gauge_max.get(names.cpu_usage)),
         ),
         kv_offload=kv_offload,
         tokens=tokens,
     )
-    return metrics
+    return server
 
 
 def _warnings(server: ServerMetrics, source: MetricsSource) -> list[str]:
@@ -713,14 +711,12 @@ def _warnings(server: ServerMetrics, source: MetricsSource) -> list[str]:
     return out
 
 
-_KV_SIZE = re.compile(r"(?:GPU|CPU) KV cache size:\s*(?P<tokens>[\d,]+)\s*tokens")
-_ENGINE_TAG = re.compile(r"\((?P<tag>EngineCore(?:_DP\d+)?)\s+pid=\d+\)")
-
-
-def kv_pool_tokens(engine_logs: Sequence[Path]) -> int | None:
-    """Tokens of KV cache the engine allocated, from vLLM's "GPU KV cache size: N tokens" log line
-    ("CPU KV cache size" on the CPU build); the last line per engine core, summed over DP ranks: those
-    of one log, and those of every node's log of a multinode engine (each node logs its own ranks)."""
+def kv_pool_tokens(engine_logs: Sequence[Path], pattern: KvPoolLog | None = None) -> int | None:
+    """Tokens of KV cache the engine allocated, from its pool-size log line (`Engine.kv_pool_log`); the last
+    line per engine core, summed over DP ranks: those of one log, and those of every node's log of a
+    multinode engine (each node logs its own ranks)."""
+    pattern = pattern or engines.default().kv_pool_log
+    size_re, rank_re = re.compile(pattern.size), re.compile(pattern.rank)
     per_engine: dict[tuple[int, str], int] = {}
     for index, log in enumerate(engine_logs):
         try:
@@ -728,10 +724,12 @@ def kv_pool_tokens(engine_logs: Sequence[Path]) -> int | None:
         except OSError:
             continue
         for line in text.splitlines():
-            if "KV cache size" not in line or not (size := _KV_SIZE.search(line)):
+            if pattern.marker not in line or not (size := size_re.search(line)):
                 continue
-            tag = _ENGINE_TAG.search(line)
-            per_engine[index, tag.group("tag") if tag else "EngineCore"] = int(size.group("tokens").replace(",", ""))
+            tag = rank_re.search(line)
+            per_engine[index, tag.group("tag") if tag else pattern.default_rank] = int(
+                size.group("tokens").replace(",", "")
+            )
     return sum(per_engine.values()) if per_engine else None
 
 
