@@ -674,7 +674,9 @@ def server_metrics_from(
         cache.cpu_cache_hit_rate = host / whole_prompt
 
     gpu_usage = max((counters.gauge_max[n] for n in names.gpu_usage if n in counters.gauge_max), default=None)
-    offload = {field: counters.get(name) for field, name in names.offload.items()}
+    # an engine without an offload counter has no figure for it (None), not a missing field
+    fields = ("bytes_gpu_to_cpu", "bytes_cpu_to_gpu", "time_gpu_to_cpu", "time_cpu_to_gpu")
+    offload = {f: counters.get(names.offload[f]) if f in names.offload else None for f in fields}
     kv_offload = KvOffload(
         **offload,
         bandwidth_gpu_to_cpu_bytes_per_second=_rate(offload["bytes_gpu_to_cpu"], offload["time_gpu_to_cpu"]),
