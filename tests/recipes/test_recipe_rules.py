@@ -20,6 +20,8 @@ from slurmx.backends import BackendSpec
 from slurmx.backends import lmcache as lmcache_backend
 from slurmx.config.load import load_clusters, load_masters
 from slurmx.config.master import KvOffloadBackend
+from slurmx.engines.vllm import ENGINE as VLLM
+from slurmx.engines.vllm import transfer_config
 from slurmx.errors import ConfigError
 from slurmx.plan import Point, expand
 from slurmx.process import ServerPorts
@@ -397,7 +399,8 @@ def test_kimik3_runs_dspark_k2_at_every_concurrency_with_token_capture_sizes(
 
 
 def kv_transfer_config(spec: BackendSpec, ports: ServerPorts) -> dict[str, Any] | None:
-    return backends.get(spec.name).connector_config(spec, ports)
+    offload = backends.get(spec.name).offload(spec, ports, VLLM.name)
+    return transfer_config(offload) if offload is not None else None
 
 
 def test_lmcache_connector_config_carries_module_path(seed_points: list[Point], recipes: Recipes) -> None:

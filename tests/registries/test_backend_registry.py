@@ -14,6 +14,7 @@ from pydantic import Field
 from slurmx import backends
 from slurmx.backends.base import GB, Arm, ArmProblem, BackendSpec, BaseBackend
 from slurmx.cli import main
+from slurmx.engines.base import KvOffload
 from slurmx.errors import ConfigError
 from slurmx.flags import Flags
 from slurmx.plan import Point
@@ -62,12 +63,8 @@ class PoolBackend(BaseBackend[PoolSpec]):
         argv = ["pool-server", "--port", str(ports["pool"]), "--size-gb", str(spec.pool_gb)]
         return [Process("pool", runtime.wrap(argv, "pool"), {}, loopback(ports["pool"], "/ready"))]
 
-    def connector_config(self, spec: PoolSpec, ports: ServerPorts) -> dict[str, Any] | None:
-        return {
-            "kv_connector": "PoolConnector",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {"port": ports["pool"]},
-        }
+    def offload(self, spec: PoolSpec, ports: ServerPorts, engine: str) -> KvOffload | None:
+        return KvOffload("PoolConnector", {"port": ports["pool"]})
 
 
 @pytest.fixture

@@ -18,6 +18,8 @@ from slurmx.backends.mooncake import BACKEND as MOONCAKE
 from slurmx.backends.mooncake import MooncakeArm, MooncakeSpec
 from slurmx.backends.vllm_simple import BACKEND as VLLM_SIMPLE
 from slurmx.config.master import KvOffloadBackend, WorkerSpec
+from slurmx.engines.vllm import ENGINE as VLLM
+from slurmx.engines.vllm import transfer_config
 from slurmx.plan import Point
 from slurmx.process import Process, ServerPorts
 from slurmx.runtimes.pyxis import PyxisRuntime
@@ -50,7 +52,8 @@ def test_vllm_simple_connector_is_exactly_what_vllm_reads() -> None:
     assert (spec.name, spec.version, spec.cpu_bytes_per_rank) == ("vllm-simple", "1.2", int(1889 * 1e9 / 8))
     assert VLLM_SIMPLE.spec(arm, _point("vllm-simple", 1889, version=None)).version is None
     assert VLLM_SIMPLE.servers(spec, PORTS, VENV, {}) == []  # vLLM's own connector: no server of its own
-    assert VLLM_SIMPLE.connector_config(spec, PORTS) == {
+    offload = VLLM_SIMPLE.offload(spec, PORTS, VLLM.name)
+    assert offload is not None and transfer_config(offload) == {
         "kv_connector": "SimpleCPUOffloadConnector",
         "kv_role": "kv_both",
         "kv_connector_extra_config": {"cpu_bytes_to_use_per_rank": 236_125_000_000},
@@ -65,7 +68,8 @@ def test_mooncake_master_and_connector_are_exactly_what_vllm_and_mooncake_read()
         Process("mooncake-master", ["/venvs/engine/bin/mooncake_master", "--port", "22888",
                                     "--eviction-high-watermark-ratio", "0.9"], {}, None, 60)
     ]  # fmt: skip
-    assert MOONCAKE.connector_config(spec, PORTS) == {
+    offload = MOONCAKE.offload(spec, PORTS, VLLM.name)
+    assert offload is not None and transfer_config(offload) == {
         "kv_connector": "MooncakeStoreConnector",
         "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",

@@ -2,7 +2,8 @@
 
 A backend owns its recipe knobs (an `Arm` subclass), their validation, the sizes it derives from a
 point's DRAM budget (a `BackendSpec` subclass stored in point.json), its server processes, the
-vLLM connector config, its preflight checks, its metrics and cache-reset endpoints, and the evidence
+connector it plugs into the engine (as engine-neutral facts: the engine shapes its flags), which engines
+it can serve, its preflight checks, its metrics and cache-reset endpoints, and the evidence
 that it engaged: which counters of its tier say so, and which log lines say it did not.
 """
 
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from slurmx.config.master import kebab
+from slurmx.engines import DEFAULT as DEFAULT_ENGINE
+from slurmx.engines.base import Engine, KvOffload
 from slurmx.flags import Flags
 from slurmx.plan import Point
 from slurmx.process import Process, ServerPorts
@@ -102,15 +105,19 @@ class Backend(Protocol[S]):
         """Processes to start before the engine, in order (env is the recipe's env policy)."""
         ...
 
-    def connector_config(self, spec: S, ports: ServerPorts) -> dict[str, Any] | None:
-        """vLLM's --kv-transfer-config, built by one function (never by hand)."""
+    def refusal(self, engine: Engine) -> str | None:
+        """Why this backend cannot serve `engine`'s points (one line, said at resolve time), or None."""
+        ...
+
+    def offload(self, spec: S, ports: ServerPorts, engine: str) -> KvOffload | None:
+        """The connector `engine` plugs in for this point (None: none); the engine makes its flags of it."""
         ...
 
     def preflight(self, spec: S, runtime: Runtime) -> list[str]:
         """One line per problem on this node that would stop the backend (fast checks, before any server)."""
         ...
 
-    def import_checks(self, spec: S) -> list[str]:
+    def import_checks(self, spec: S, engine: str = DEFAULT_ENGINE) -> list[str]:
         """Modules the point's environment must import (provisioning checks them before any server)."""
         ...
 
@@ -153,13 +160,18 @@ class BaseBackend(Generic[S]):
     def servers(self, spec: S, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
         return []
 
-    def connector_config(self, spec: S, ports: ServerPorts) -> dict[str, Any] | None:
+    def refusal(self, engine: Engine) -> str | None:
+        if self.connector is not None and not engine.loads_connectors:
+            return f"kv-offload-backend {self.name} plugs {self.connector} into the engine, which {engine.name} cannot load"
+        return None
+
+    def offload(self, spec: S, ports: ServerPorts, engine: str) -> KvOffload | None:
         return None
 
     def preflight(self, spec: S, runtime: Runtime) -> list[str]:
         return []
 
-    def import_checks(self, spec: S) -> list[str]:
+    def import_checks(self, spec: S, engine: str = DEFAULT_ENGINE) -> list[str]:
         return []
 
     def distribution_of(self, spec: S) -> str | None:

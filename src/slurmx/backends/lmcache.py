@@ -19,13 +19,17 @@ from slurmx.backends.base import (
     TierReading,
     backend_version,
 )
+from slurmx.engines import DEFAULT as DEFAULT_ENGINE
+from slurmx.engines.base import KvOffload
 from slurmx.flags import Flags, render_flags
 from slurmx.plan import Point
 from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
 from slurmx.runtimes.base import Runtime
 
 CONNECTOR = "LMCacheMPConnector"
-CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
+# LMCache ships its connector for each engine in an integration module named after that engine
+CONNECTOR_MODULES = "lmcache.integration.{engine}.lmcache_mp_connector"
+CONNECTOR_MODULE = CONNECTOR_MODULES.format(engine=DEFAULT_ENGINE)  # the default engine's
 # Server flags built from the arm's typed knobs: server-flags may not repeat them, or a second
 # --chunk-size would bypass the chunk/block rule.
 TYPED_FLAGS = frozenset({
@@ -156,22 +160,17 @@ class LMCache(BaseBackend[LMCacheSpec]):
         health = loopback(ports["lmcache-http"], "/healthcheck")
         return [Process("lmcache", runtime.wrap(argv, "lmcache"), server_env, health, spec.startup_timeout_s)]
 
-    def connector_config(self, spec: LMCacheSpec, ports: ServerPorts) -> dict[str, Any] | None:
+    def offload(self, spec: LMCacheSpec, ports: ServerPorts, engine: str) -> KvOffload | None:
         extra: dict[str, Any] = {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": ports["lmcache"]}
         if spec.mq_timeout_s is not None:
             extra["lmcache.mp.mq_timeout"] = spec.mq_timeout_s
-        return {
-            "kv_connector": self.connector,
-            "kv_connector_module_path": CONNECTOR_MODULE,
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": extra,
-        }
+        return KvOffload(CONNECTOR, extra, module=CONNECTOR_MODULES.format(engine=engine))
 
     def preflight(self, spec: LMCacheSpec, runtime: Runtime) -> list[str]:
         return [p for p in (check_shm(spec),) if p]
 
-    def import_checks(self, spec: LMCacheSpec) -> list[str]:
-        return [CONNECTOR_MODULE, *spec.import_check]
+    def import_checks(self, spec: LMCacheSpec, engine: str = DEFAULT_ENGINE) -> list[str]:
+        return [CONNECTOR_MODULES.format(engine=engine), *spec.import_check]
 
     def metrics_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
         return [loopback(ports["lmcache-http"], "/metrics")]

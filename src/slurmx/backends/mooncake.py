@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from slurmx.backends.base import Arm, BackendSpec, BaseBackend, TierReading, backend_version
+from slurmx.engines import DEFAULT as DEFAULT_ENGINE
+from slurmx.engines.base import KvOffload
 from slurmx.flags import Flags, render_flags
 from slurmx.plan import Point
 from slurmx.process import Process, ServerPorts
@@ -42,7 +44,7 @@ class Mooncake(BaseBackend[MooncakeSpec]):
     def distribution_of(self, spec: MooncakeSpec) -> str | None:
         return spec.distribution
 
-    def import_checks(self, spec: MooncakeSpec) -> list[str]:
+    def import_checks(self, spec: MooncakeSpec, engine: str = DEFAULT_ENGINE) -> list[str]:
         return ["mooncake.store"]  # what MooncakeStoreConnector imports: a wheel for the wrong CUDA fails here
 
     def spec(self, arm: Arm, point: Point) -> MooncakeSpec:
@@ -61,16 +63,12 @@ class Mooncake(BaseBackend[MooncakeSpec]):
         argv = [runtime.mooncake_master_bin, "--port", str(ports["mooncake-master"]), *spec.master_flags]
         return [Process("mooncake-master", runtime.wrap(argv, "mooncake-master"), {}, None, 60)]
 
-    def connector_config(self, spec: MooncakeSpec, ports: ServerPorts) -> dict[str, Any] | None:
-        return {
-            "kv_connector": self.connector,
-            "kv_role": "kv_both",
-            "kv_load_failure_policy": spec.load_failure_policy,
-            "kv_connector_extra_config": {
-                "master_server_address": f"127.0.0.1:{ports['mooncake-master']}",
-                "global_segment_size_gb": spec.per_rank_gb,
-            },
+    def offload(self, spec: MooncakeSpec, ports: ServerPorts, engine: str) -> KvOffload | None:
+        settings = {
+            "master_server_address": f"127.0.0.1:{ports['mooncake-master']}",
+            "global_segment_size_gb": spec.per_rank_gb,
         }
+        return KvOffload(self.connector, settings, load_failure_policy=spec.load_failure_policy)
 
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
         # slurmx scrapes no Mooncake endpoint (metrics_urls is empty): Mooncake cannot run on the local

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from slurmx.backends.base import Arm, BackendSpec, BaseBackend, TierReading, backend_version
+from slurmx.engines.base import Engine, KvOffload
 from slurmx.plan import Point
 from slurmx.process import ServerPorts
 
@@ -25,12 +25,14 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         per_rank = int(point.total_cpu_dram_gb * 1e9 / point.server_gpus)
         return VllmSimpleSpec(name=self.name, version=backend_version(point), cpu_bytes_per_rank=per_rank)
 
-    def connector_config(self, spec: VllmSimpleSpec, ports: ServerPorts) -> dict[str, Any] | None:
-        return {
-            "kv_connector": self.connector,
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {"cpu_bytes_to_use_per_rank": spec.cpu_bytes_per_rank},
-        }
+    def refusal(self, engine: Engine) -> str | None:
+        if engine.name != "vllm":  # the connector is part of vLLM itself
+            return f"kv-offload-backend {self.name} is vLLM's own CPU offload: engine {engine.name} has none"
+        return None
+
+    def offload(self, spec: VllmSimpleSpec, ports: ServerPorts, engine: str) -> KvOffload | None:
+        assert self.connector is not None
+        return KvOffload(self.connector, {"cpu_bytes_to_use_per_rank": spec.cpu_bytes_per_rank})
 
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
         # vLLM's own CPU offload counters; they count bytes, so the tier side has no token figure

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmx.engines.base import Engine
+from slurmx.engines.base import Engine, EngineMetrics, KvOffload, KvPoolLog, NodePart, RecipeProblem, RecipeSizing
 from slurmx.engines.vllm import ENGINE as VLLM_ENGINE
 from slurmx.errors import UserError
 
@@ -15,6 +15,12 @@ def register(engine: Engine) -> Engine:
 
 
 register(VLLM_ENGINE)
+# what a serving spec written before it named its engine ran, and what tests read without naming one
+DEFAULT = VLLM_ENGINE.name
+
+
+def default() -> Engine:
+    return REGISTRY[DEFAULT]
 
 
 def get(name: str) -> Engine:
@@ -24,4 +30,7 @@ def get(name: str) -> Engine:
         raise UserError(f"no serving engine {name!r} in slurmx (have: {', '.join(sorted(REGISTRY))})") from None
 
 
-__all__ = ["REGISTRY", "Engine", "get", "register"]
+__all__ = [
+    "DEFAULT", "REGISTRY", "Engine", "EngineMetrics", "KvOffload", "KvPoolLog", "NodePart", "RecipeProblem",
+    "RecipeSizing", "default", "get", "register",
+]  # fmt: skip

@@ -1,10 +1,17 @@
-"""A serving engine: how its server is started for a point, and where it answers health, metrics and resets."""
+"""A serving engine: how its server is started for a point, what it reports, and what its recipes may say.
+
+Everything an engine knows lives in its module as data or methods: the flags it computes, how a KV-offload
+backend's connector becomes its flags and env (`offload_args`), its metric names and KV-pool log line (read
+by results/), the distributions whose versions the lock records, its recipe rules and readiness paths.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from slurmx.flags import Flags
 from slurmx.plan import Point
 
 
@@ -21,20 +28,123 @@ class NodePart:
     address: str = ""
 
 
+@dataclass(frozen=True)
+class KvOffload:
+    """What a KV-offload backend asks of the engine, in no engine's shape: the connector class it plugs in,
+    the module that holds it (None: the engine ships it), the connector's own settings, and what a failed
+    load does."""
+
+    connector: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    module: str | None = None
+    load_failure_policy: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """The engine's /metrics names (counters without `_total`) that result.json's server metrics read."""
+
+    prefix: str  # every name of this engine starts with it (the result's metrics adapter)
+    prefix_queries: str
+    prefix_hits: str
+    external_queries: str
+    external_hits: str
+    prompt_tokens: str
+    generation_tokens: str
+    requests_done: str  # per finish reason and rank
+    rank_label: str  # the label naming a data-parallel rank
+    cached_by_source: str  # cached prompt tokens by tier (source = device | host | ...)
+    prompt_by_source: str  # prompt tokens by origin (local_cache_hit | external_kv_transfer | local_compute)
+    gpu_usage: tuple[str, ...]  # KV-cache usage gauges, any of them
+    cpu_usage: str
+    offload: Mapping[str, str]  # KvOffload field -> counter
+
+
+@dataclass(frozen=True)
+class KvPoolLog:
+    """The engine log line that says how many tokens of KV cache it allocated: `marker` filters lines,
+    `size` holds a `tokens` group, `rank` a `tag` group naming the engine core (one per data-parallel rank)."""
+
+    marker: str
+    size: str
+    rank: str
+    default_rank: str
+
+
+@dataclass(frozen=True)
+class RecipeSizing:
+    """A recipe's engine sizing knobs, as the engine reads them (recipes/ owns the schema)."""
+
+    block_size: int
+    max_num_seqs_per_conc: int | None = None
+    capture_size_is_max_num_seqs: bool = False
+    capture_tokens_per_seq: int | None = None
+    draft_model: str | None = None
+
+
+@dataclass(frozen=True)
+class RecipeProblem:
+    """A recipe rule of the engine that a recipe breaks: the field under `engine`, and why."""
+
+    field: tuple[str | int, ...]
+    message: str
+
+
 class Engine(Protocol):
     name: str  # the master config's `framework`
     # Flags the engine module computes from the point or the node; a recipe that set one would put it twice.
     computed_flags: frozenset[str]
     metrics_path: str
+    health_path: str  # readiness, unless the recipe names another
     # The master config's spec-decoding methods this engine's recipes can serve ("none" included).
     spec_methods: frozenset[str]
+    # Distributions whose versions the lock records, the engine's own first (its version: the first found).
+    distributions: tuple[str, ...]
+    metrics: EngineMetrics
+    kv_pool_log: KvPoolLog
+    hash_env: frozenset[str]  # env that decides the engine's prefix-cache block keys (recipe-wide only)
+    tool_call_flags: tuple[str, ...]  # what an agentic recipe's tool-call requests need
+    loads_connectors: bool  # the engine plugs in a backend's connector class (else only "none" runs)
 
     def parallel_flags(self, point: Point) -> list[str]: ...
 
+    def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
+        """The engine's flags and env for a backend's connector."""
+        ...
+
+    def connector_of(self, argv: list[str]) -> str | None:
+        """The connector an engine argv that ran carries (or its native offload), read back for evidence."""
+        ...
+
     def argv(
         self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
-        flags: list[str], connector: dict[str, Any] | None,
+        flags: list[str],
     ) -> list[str]: ...  # fmt: skip
+
+    def computed_for(self, sizing: RecipeSizing) -> frozenset[str]:
+        """The computed flags a recipe with this sizing may not set."""
+        ...
+
+    def version_of(self, versions: dict[str, str]) -> str | None:
+        """The engine's own version among the distributions the lock read."""
+        ...
+
+    def recipe_problems(self, flags: Flags, sizing: RecipeSizing) -> list[RecipeProblem]:
+        """Rules the recipe's base flags and sizing obey for this engine (checked when the recipe loads)."""
+        ...
+
+    def sized_flags(self, flags: Flags, sizing: RecipeSizing, conc: int, draft_path: str) -> tuple[Flags, list[str]]:
+        """The flags with what the engine computes from the concurrency and the draft (speculation, graph
+        capture), and the argv it appends after the parallel flags (batch size)."""
+        ...
+
+    def rank_span_problem(self, rank_gpus: int, gpus_per_node: int) -> str | None:
+        """Why a data-parallel rank of `rank_gpus` GPUs cannot span nodes of `gpus_per_node`, or None."""
+        ...
+
+    def binds_numa(self, flags: list[str]) -> str | None:
+        """The flag that places the engine's workers on their GPUs' NUMA nodes, when `flags` carry it."""
+        ...
 
     def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
         """`part`'s flags in an engine over `nodes` nodes with `ranks_per_node` whole data-parallel ranks on
@@ -47,4 +157,8 @@ class Engine(Protocol):
 
     def cache_reset_path(self) -> str | None:
         """POST path that empties the engine's prefix cache (and the external tier's view of it)."""
+        ...
+
+    def cache_reset_hint(self) -> str:
+        """What a failed cache reset usually means for this engine (appended to the point's failure)."""
         ...

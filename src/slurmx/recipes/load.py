@@ -12,7 +12,7 @@ from slurmx.config.load import validate
 from slurmx.config.yamlfile import LineIndex, load_yaml
 from slurmx.errors import ConfigError, UserError
 from slurmx.flags import Flags
-from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS, ConcRule, Match, Recipe
+from slurmx.recipes.model import HASH_ENV, ConcRule, Match, Recipe
 
 
 @dataclass(frozen=True)
@@ -39,18 +39,12 @@ def _check(file: RecipeFile) -> None:
     recipe = file.recipe
     engine = engines.get(recipe.match.framework)
     base = recipe.engine.flags
-    _check_computed(file, engine.computed_flags)
-    if "--block-size" in base and base["--block-size"] != recipe.engine.block_size:
-        raise file.error(
-            ("engine", "flags", "--block-size"), f"differs from engine block-size {recipe.engine.block_size}"
-        )
-    if recipe.engine.draft_model is not None and not isinstance(base.get("--speculative-config"), dict):
-        raise file.error(("engine", "draft-model"), "a draft model needs --speculative-config in the base flags")
-    needs_seqs = recipe.engine.capture_tokens_per_seq or recipe.engine.capture_size_is_max_num_seqs
-    if needs_seqs and not recipe.engine.max_num_seqs_per_conc:
-        raise file.error(("engine",), "capture sizes follow --max-num-seqs: set max-num-seqs-per-conc")
+    sizing = recipe.engine.sizing()
+    _check_computed(file, engine.computed_for(sizing))
+    for broken in engine.recipe_problems(base, sizing):
+        raise file.error(broken.field, broken.message)
     if recipe.scenario == "agentic-coding":
-        for flag in TOOL_CALL_FLAGS:
+        for flag in engine.tool_call_flags:
             if flag not in base:
                 raise file.error(
                     ("engine", "flags"), f"agentic recipe lacks {flag}: tool-call requests would get HTTP 400"
@@ -75,13 +69,13 @@ def _check(file: RecipeFile) -> None:
         for name in arm.remove:
             if name not in base:
                 raise file.error((*where, "remove"), f"removes {name}, which the base flags do not set")
-            if recipe.scenario == "agentic-coding" and name in TOOL_CALL_FLAGS:
+            if recipe.scenario == "agentic-coding" and name in engine.tool_call_flags:
                 raise file.error((*where, "remove"), f"an agentic arm may not remove {name}")
         for name in arm.add:
             if name in base and name not in arm.remove:
                 raise file.error((*where, "add", name), f"{name} is a base flag: list it under remove to change it")
         for name in arm.env:
-            if name in HASH_ENV:
+            if name in HASH_ENV or name in engine.hash_env:
                 raise file.error(
                     (*where, "env", name), f"{name} is hashing env: set it once in env-policy for all arms"
                 )
@@ -98,12 +92,11 @@ def _overlap(a: ConcRule, b: ConcRule) -> bool:
     return lo <= hi
 
 
-def _check_computed(file: RecipeFile, computed_by_engine: frozenset[str]) -> None:
+def _check_computed(file: RecipeFile, computed: frozenset[str]) -> None:
     recipe = file.recipe
     places: list[tuple[tuple[Any, ...], dict[str, Any]]] = [(("engine", "flags"), dict(recipe.engine.flags))]
     places += [(("engine", "per-conc", i, "flags"), dict(r.flags)) for i, r in enumerate(recipe.engine.per_conc)]
     places += [(("arms", name, "add"), dict(arm.add)) for name, arm in file.arms.items()]
-    computed = computed_by_engine if recipe.engine.max_num_seqs_per_conc else computed_by_engine - {"--max-num-seqs"}
     for where, flags in places:
         for name in flags:
             if name in computed:

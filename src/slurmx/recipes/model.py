@@ -6,12 +6,16 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
+from slurmx import engines
 from slurmx.config.master import kebab
+from slurmx.engines import RecipeSizing
 from slurmx.flags import Flags
 
-# Hashing env decides prefix-cache block keys: it belongs to the recipe's one env policy, never to an arm.
-HASH_ENV = frozenset({"PYTHONHASHSEED", "VLLM_PREFIX_CACHE_HASH_SEED", "LMCACHE_HASH_SEED"})
-TOOL_CALL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser")
+# Hashing env decides prefix-cache block keys: it belongs to the recipe's one env policy, never to an arm
+# (each engine adds its own: Engine.hash_env).
+HASH_ENV = frozenset({"PYTHONHASHSEED", "LMCACHE_HASH_SEED"}).union(*(e.hash_env for e in engines.REGISTRY.values()))
+# the default engine's, which recipes that name no other serve
+TOOL_CALL_FLAGS = engines.default().tool_call_flags
 REPLAY_ENV = {
     "AIPERF_DATASET_CONFIGURATION_TIMEOUT": "1800",
     "AIPERF_SERVICE_PROFILE_CONFIGURE_TIMEOUT": "1800",  # aiperf requires >= the dataset timeout
@@ -60,7 +64,7 @@ class Engine(_Model):
     launcher: list[str] = Field(min_length=1)  # argv head; {engine_python} is the runtime's interpreter
     model_flag: str | None = None  # None: the model path is positional after the launcher
     block_size: PositiveInt
-    health_path: str = "/health"
+    health_path: str | None = None  # None: the engine's readiness path
     startup_timeout_s: PositiveInt = 1800
     flags: Flags
     max_num_seqs_per_conc: PositiveInt | None = None  # --max-num-seqs = this x conc
@@ -74,6 +78,15 @@ class Engine(_Model):
     # --speculative-config "model".
     draft_model: str | None = None
     per_conc: list[ConcRule] = Field(default_factory=list)
+
+    def sizing(self) -> RecipeSizing:
+        return RecipeSizing(
+            block_size=self.block_size,
+            max_num_seqs_per_conc=self.max_num_seqs_per_conc,
+            capture_size_is_max_num_seqs=self.capture_size_is_max_num_seqs,
+            capture_tokens_per_seq=self.capture_tokens_per_seq,
+            draft_model=self.draft_model,
+        )
 
 
 class Replay(_Model):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from slurmx import backends, engines
-from slurmx.backends import Arm, ArmProblem, BackendSpec
+from slurmx.backends import Arm, ArmProblem, Backend, BackendSpec
 from slurmx.digest import file_digest
+from slurmx.engines import Engine
 from slurmx.errors import ConfigError, UserError
 from slurmx.flags import render_flags
 from slurmx.plan import NodeLayout, Point
@@ -13,31 +17,51 @@ from slurmx.recipes.model import Match, Recipe
 from slurmx.recipes.spec import DRAFT_PATH, RouterSpec, ServingSpec
 
 
-def _backend(file: RecipeFile, point: Point) -> BackendSpec:
+@dataclass(frozen=True)
+class Implementation:
+    """What serves a point in slurmx, looked up once: its engine and its KV-offload backend."""
+
+    engine: Engine
+    backend: Backend[Any]
+
+
+def _backend(file: RecipeFile, point: Point, backend: Backend[Any]) -> BackendSpec:
     name = point.backend_name
     if name not in file.arms:
         raise file.error(("arms",), f"no {name!r} arm for {point.config_key} point {point.exp_name}")
     try:
-        spec: BackendSpec = backends.get(name).spec(file.arms[name], point)
+        spec: BackendSpec = backend.spec(file.arms[name], point)
     except ArmProblem as problem:
         raise file.error(("arms", name, *problem.field), problem.message) from None
     return spec
 
 
-def missing_implementation(point: Point) -> UserError | None:
-    """Why slurmx cannot serve this point (its framework, KV-offload backend or spec-decoding method has no
-    implementation here), or None. Planning accepts such points, as InferenceX does; running them cannot."""
+def implementation(point: Point) -> Implementation:
+    """The point's engine and backend; a UserError when slurmx has none for its framework, KV-offload backend
+    or spec-decoding method, or the backend cannot serve that engine."""
     try:
         engine = engines.get(point.framework)
-        backends.get(point.backend_name)
+        backend = backends.get(point.backend_name)
     except UserError as missing:
-        return UserError(f"{point.config_key}: {missing}")
+        raise UserError(f"{point.config_key}: {missing}") from None
     if point.spec_decoding not in engine.spec_methods:
         have = ", ".join(sorted(engine.spec_methods))
-        return UserError(
+        raise UserError(
             f"{point.config_key}: no spec-decoding method {point.spec_decoding!r} for engine {engine.name} "
             f"in slurmx (have: {have})"
         )
+    if (why := backend.refusal(engine)) is not None:
+        raise UserError(f"{point.config_key}: {why}")
+    return Implementation(engine, backend)
+
+
+def missing_implementation(point: Point) -> UserError | None:
+    """Why slurmx cannot serve this point (`implementation`), or None. Planning accepts such points, as
+    InferenceX does; running them cannot."""
+    try:
+        implementation(point)
+    except UserError as missing:
+        return missing
     return None
 
 
@@ -77,33 +101,18 @@ def find_recipe(point: Point, recipes: Recipes) -> RecipeFile:
     )  # fmt: skip
 
 
-def _engine_flags(recipe: Recipe, arm: Arm, point: Point, parallel: list[str]) -> list[str]:
-    """Base flags with the arm's changes, parallelism, the EP flags, per-conc rules and computed sizes."""
-    engine = recipe.engine
+def _engine_flags(recipe: Recipe, arm: Arm, point: Point, engine: Engine) -> list[str]:
+    """Base flags with the arm's changes, the EP flags, per-conc rules, what the engine sizes and parallelism."""
     flags = arm_flags(recipe, arm)
     ep = point.prefill.ep if point.multinode and point.prefill is not None else point.ep
     if ep > 1:
-        flags.update(engine.ep_flags)
+        flags.update(recipe.engine.ep_flags)
     assert isinstance(point.conc, int)
-    for rule in engine.per_conc:
+    for rule in recipe.engine.per_conc:
         if rule.applies(point.conc):
             flags.update(rule.flags)
-    if engine.draft_model is not None:
-        speculative = flags.get("--speculative-config")
-        assert isinstance(speculative, dict), "a recipe with draft-model sets --speculative-config (checked on load)"
-        flags["--speculative-config"] = {**speculative, "model": DRAFT_PATH}
-    max_num_seqs = engine.max_num_seqs_per_conc * point.conc if engine.max_num_seqs_per_conc else None
-    if max_num_seqs and engine.capture_tokens_per_seq:
-        compilation = flags.get("--compilation-config") or {}
-        assert isinstance(compilation, dict)
-        sizes: list[object] = [n * engine.capture_tokens_per_seq for n in range(1, max_num_seqs + 1)]
-        flags["--compilation-config"] = {**compilation, "cudagraph_capture_sizes": sizes}
-    argv = render_flags(flags) + parallel
-    if max_num_seqs:
-        argv += ["--max-num-seqs", str(max_num_seqs)]
-        if engine.capture_size_is_max_num_seqs:
-            argv += ["--max-cudagraph-capture-size", str(max_num_seqs)]
-    return argv
+    flags, after = engine.sized_flags(flags, recipe.engine.sizing(), point.conc, DRAFT_PATH)
+    return render_flags(flags) + engine.parallel_flags(point) + after
 
 
 def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
@@ -131,18 +140,19 @@ def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
     )
 
 
-def resolve(point: Point, recipes: Recipes, layout: NodeLayout | None = None) -> ServingSpec:
-    """`layout`: how a multinode point spreads over its cluster's nodes (one node when None)."""
-    missing = missing_implementation(point)
-    if missing is not None:
-        raise missing
+def resolve(
+    point: Point, recipes: Recipes, layout: NodeLayout | None = None, implemented: Implementation | None = None
+) -> ServingSpec:
+    """`layout`: how a multinode point spreads over its cluster's nodes (one node when None); `implemented`:
+    the point's engine and backend when the caller looked them up already."""
+    implemented = implemented or implementation(point)
+    engine = implemented.engine
     file = find_recipe(point, recipes)
     recipe = file.recipe
-    engine = engines.get(point.framework)
     assert isinstance(point.conc, int), "only single-node points resolve to one server"
-    backend = _backend(file, point)
+    backend = _backend(file, point, implemented.backend)
     arm = file.arms[point.backend_name]
-    flags = _engine_flags(recipe, arm, point, engine.parallel_flags(point))
+    flags = _engine_flags(recipe, arm, point, engine)
     router = _router(file, point)
     return ServingSpec(
         router=router,
@@ -157,7 +167,7 @@ def resolve(point: Point, recipes: Recipes, layout: NodeLayout | None = None) ->
         engine_flags=flags,
         env={**recipe.env_policy, **arm.env},
         block_size=recipe.engine.block_size,
-        health_path=recipe.engine.health_path,
+        health_path=recipe.engine.health_path or engine.health_path,
         startup_timeout_s=recipe.engine.startup_timeout_s,
         gpus=layout.gpus_per_node if layout is not None else point.gpus,
         nodes=layout.nodes if layout is not None else 1,

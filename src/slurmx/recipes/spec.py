@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from slurmx.backends import AnyBackendSpec
+from slurmx.engines import DEFAULT as DEFAULT_ENGINE
 from slurmx.recipes.model import Replay
 
 DRAFT_PATH = "{draft_model_path}"  # replaced by the draft's local path where the runtime is known
@@ -29,7 +30,7 @@ class ServingSpec(BaseModel):
     recipe: str
     recipe_file: str
     recipe_sha256: str
-    engine: str = "vllm"  # a registered serving engine (slurmx.engines), the config's framework
+    engine: str = DEFAULT_ENGINE  # a registered serving engine (slurmx.engines), the config's framework
     launcher: list[str]
     model_flag: str | None
     model: str  # path under the runtime's model-root, or the config's model name

@@ -8,17 +8,14 @@ The backend module says which counters are its tier's and which log lines mean i
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmx import backends
+from slurmx import backends, engines
+from slurmx.engines import Engine
 from slurmx.results.schema import ArmEvidence, ServerMetrics
-
-TRANSFER_FLAG = "--kv-transfer-config"
-NATIVE_FLAG = "--kv-offloading-backend"
 
 
 @dataclass(frozen=True)
@@ -30,18 +27,11 @@ class ArmInputs:
     working_set_tokens: int | None = None
 
 
-def engine_connector(argv: list[str]) -> str | None:
-    """The kv_connector an engine argv carries (vLLM's --kv-transfer-config), or its native offload."""
-    for index, arg in enumerate(argv[:-1]):
-        if arg == TRANSFER_FLAG:
-            try:
-                config = json.loads(argv[index + 1])
-            except json.JSONDecodeError:
-                return "unparsable --kv-transfer-config"
-            return str(config.get("kv_connector")) if isinstance(config, dict) else "unparsable --kv-transfer-config"
-        if arg == NATIVE_FLAG:
-            return f"{NATIVE_FLAG} {argv[index + 1]}"
-    return None
+def engine_connector(argv: list[str], engine: Engine | None = None) -> str | None:
+    """The connector an engine argv carries, as `engine` reads it back (`Engine.connector_of`; None: as any
+    registered engine reads it), or None."""
+    readers = [engine] if engine is not None else list(engines.REGISTRY.values())
+    return next((found for reader in readers if (found := reader.connector_of(argv)) is not None), None)
 
 
 def log_failures(arm: str, logs: Mapping[str, Path], fatal_only: bool = False) -> list[str]:
@@ -69,19 +59,20 @@ def build_evidence(
     deltas: Mapping[str, float],
     gauges: Mapping[str, float],
     inputs: ArmInputs,
+    engine: Engine | None = None,
 ) -> ArmEvidence:
     backend = backends.get(arm)
     by_source = server.tokens.prompt_by_source
     prompt = sum(by_source.raw.values()) if by_source.raw else server.tokens.prompt_total
     tier_tokens = by_source.cpu_or_external_cache_hit
-    if tier_tokens is None:  # vLLM before prompt_tokens_by_source: its external prefix-cache hits
+    if tier_tokens is None:  # an engine without prompt tokens by source: its external prefix-cache hits
         tier_tokens = server.cache.external_prefix_cache_hits
     reading = backend.tier_reading(deltas, gauges)
     return ArmEvidence(
         arm=arm,
         expected_connector=backend.connector,
         engine_argv_seen=inputs.engine_argv is not None,
-        engine_connector=engine_connector(inputs.engine_argv) if inputs.engine_argv is not None else None,
+        engine_connector=engine_connector(inputs.engine_argv, engine) if inputs.engine_argv is not None else None,
         prompt_tokens=prompt,
         local_hit_tokens=by_source.gpu_cache_hit,
         tier_tokens=tier_tokens,

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slurmx import engines
 from slurmx.config.clusters import ClusterProfile
+from slurmx.engines import Engine
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node import disagg
 from slurmx.node.preflight import memory_margin_bytes
 from slurmx.plan import Point, node_layout, server_gpus
-from slurmx.recipes.resolve import missing_implementation, resolve
+from slurmx.recipes.resolve import implementation, resolve
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
 from slurmx.slurm.request import SlurmRequest, slurm_request
@@ -69,34 +71,34 @@ def point_request(point: Point, profile: ClusterProfile, serving: ServingSpec | 
     )
 
 
-def why_not_runnable(point: Point, profile: ClusterProfile) -> str | None:
+def why_not_runnable(point: Point, profile: ClusterProfile, engine: Engine | None = None) -> str | None:
     """Why slurmx cannot start this planned point's processes on this hardware, or None. Plan still shows
     its request; render lists it with this reason; submit refuses it."""
     layout = node_layout(point, profile.gpus_per_node)
     if point.multinode and layout.ranks_per_node == 0 and not point.disagg and point.prefill is not None:
         worker = point.prefill
         worker_gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size)
-        if worker_gpus % profile.gpus_per_node:  # vLLM splits a rank's world evenly over its nodes
-            return (
-                f"a data-parallel rank of {worker_gpus} GPUs does not fill whole {profile.gpus_per_node}-GPU "
-                "nodes (vLLM's --nnodes launch gives each node an equal share of the rank)"
-            )
+        engine = engine or engines.get(point.framework)
+        return engine.rank_span_problem(worker_gpus, profile.gpus_per_node)
     return None
 
 
-def check_numa_bind(point: Point, profile: ClusterProfile, serving: ServingSpec | None, inputs: Inputs) -> None:
-    """vLLM's --numa-bind puts its workers on their GPUs' NUMA nodes; a pool the profile leaves unplaced
-    (numa-policy none) would then land wherever it is first touched. Refused, naming the profile's field."""
-    if serving is None or "--numa-bind" not in serving.engine_flags or not serving.backend.host_memory_bytes():
+def check_numa_bind(
+    point: Point, profile: ClusterProfile, serving: ServingSpec | None, inputs: Inputs, engine: Engine
+) -> None:
+    """An engine that binds its workers to their GPUs' NUMA nodes next to a pool the profile leaves unplaced
+    (numa-policy none) leaves the pool wherever it is first touched. Refused, naming the profile's field."""
+    if serving is None or not serving.backend.host_memory_bytes():
         return
+    flag = engine.binds_numa(serving.engine_flags)
     policy = profile.node.numa_policy if profile.node else "none"
-    if policy == "none":
+    if flag is not None and policy == "none":
         line = inputs.clusters.lines.get(point.runner)
         raise UserError(
             f"{inputs.clusters.path}:{line}: hardware.{point.runner}.node.numa-policy: none, but recipe "
-            f"{serving.recipe_file} runs vLLM with --numa-bind (workers on their GPUs' NUMA nodes) next to a "
+            f"{serving.recipe_file} runs {engine.name} with {flag} (workers on their GPUs' NUMA nodes) next to a "
             f"{serving.backend.name} pool nothing places: set numa-policy bind or interleave, or remove "
-            "--numa-bind in the arm"
+            f"{flag} in the arm"
         )
 
 
@@ -132,21 +134,19 @@ def resolve_points(points: list[Point], inputs: Inputs) -> list[Resolved]:
 
 def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved], list[tuple[Point, str]]]:
     """The points slurmx can start, resolved, and the others with the reason (`why_not_runnable`)."""
-    for point in points:
-        missing = missing_implementation(point)
-        if missing is not None:
-            raise missing
+    implemented = [implementation(point) for point in points]  # every point's engine and backend, once
     out = []
     refused = []
-    for point in points:
+    for point, parts in zip(points, implemented, strict=True):
         profile = inputs.submittable_profile(point)
         assert profile.slurm is not None
-        why = why_not_runnable(point, profile)
+        why = why_not_runnable(point, profile, parts.engine)
         if why is not None:
             refused.append((point, why))
             continue
-        serves = runtime_for(profile, point.image).serves
-        serving = resolve(point, inputs.recipes(), node_layout(point, profile.gpus_per_node)) if serves else None
-        check_numa_bind(point, profile, serving, inputs)
+        runtime = runtime_for(profile, point.image)
+        layout = node_layout(point, profile.gpus_per_node)
+        serving = resolve(point, inputs.recipes(), layout, parts) if runtime.serves else None
+        check_numa_bind(point, profile, serving, inputs, parts.engine)
         out.append(Resolved(point, profile, point_request(point, profile, serving), serving))
     return out, refused

@@ -1,0 +1,255 @@
+"""aiperf's per-request records -> the request figures of result.json (InferenceX's agentic aggregation).
+
+profile_export.jsonl (required): one record per request, `metadata` (benchmark_phase, request_start_ns,
+request_end_ns, was_cancelled, ...), `metrics` ({name: {value, unit}}, latencies in ms), `error` (null or an
+object); profile_export_aiperf.json: run-level statistics (see schema.py for the facts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from slurmx.results.schema import (
+    Latency,
+    QpsStats,
+    Rate,
+    RequestAccounting,
+    RequestCache,
+    RequestMetrics,
+    Stats,
+    Throughput,
+    TokenStats,
+)
+
+PROFILE_JSONL = "profile_export.jsonl"
+PROFILE_JSON = "profile_export_aiperf.json"
+SERVER_METRICS_JSON = "server_metrics_export.json"
+_STAT_KEYS = ("mean", "p50", "p75", "p90", "p95", "std")
+
+
+class ArtifactError(ValueError):
+    """The replay's artifacts are missing or unreadable; the message names the file."""
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_records(path: Path) -> tuple[list[dict[str, Any]], RequestAccounting]:
+    """Profiling-phase, error-free records and the accounting of everything dropped.
+
+    aiperf appends whole lines in batches; an unterminated last line that does not parse is a batch
+    cut off by a kill (a partial replay) and is left out, not an error."""
+    if not path.is_file():
+        raise ArtifactError(f"{path}: missing (aiperf wrote no per-request records)")
+    records: list[dict[str, Any]] = []
+    acc = RequestAccounting()
+    with path.open(encoding="utf-8") as handle:
+        for number, raw in enumerate(handle, 1):
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if not raw.endswith("\n"):  # only the last line can lack its newline
+                    break  # the torn tail of a killed writer
+                raise ArtifactError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            acc.records_total += 1
+            phase = (obj.get("metadata") or {}).get("benchmark_phase")
+            warmup = phase is not None and phase != "profiling"
+            error = obj.get("error")
+            if warmup:
+                acc.records_warmup_dropped += 1
+            if error:
+                acc.records_error_dropped += 1
+                category = _error_category(error)
+                acc.error_categories[category] = acc.error_categories.get(category, 0) + 1
+            if error or warmup:
+                continue
+            records.append(obj)
+    acc.records_profiled = len(records)
+    acc.records_dropped_total = acc.records_total - len(records)
+    return records, acc
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: not JSON ({exc.msg})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _error_category(error: Any) -> str:
+    if isinstance(error, dict):
+        for key in ("type", "error_type", "code", "class", "status"):
+            value = error.get(key)
+            if value not in (None, ""):
+                return str(value)
+        message = error.get("message") or error.get("error")
+    else:
+        message = error
+    if not message:
+        return "unknown"
+    first_line = str(message).strip().splitlines()[0]
+    return (first_line.split(":", 1)[0] or "unknown")[:120]
+
+
+# ---------------------------------------------------------------- request metrics
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (InferenceX's aggregation_common.percentile)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * (p / 100)
+    lo = int(k)
+    if lo + 1 >= len(ordered):
+        return ordered[lo]
+    return ordered[lo] + (k - lo) * (ordered[lo + 1] - ordered[lo])
+
+
+def stats(values: list[float]) -> Stats:
+    if not values:
+        return Stats()
+    ordered = sorted(values)
+    return Stats(
+        mean=statistics.fmean(values),
+        p50=percentile(ordered, 50),
+        p75=percentile(ordered, 75),
+        p90=percentile(ordered, 90),
+        p95=percentile(ordered, 95),
+        std=statistics.pstdev(values) if len(values) > 1 else 0.0,
+    )
+
+
+def _inverse(rate_of: Stats, per_request: list[float]) -> Stats:
+    """tokens/s per user from seconds per token: 1/x of each statistic, so p90 is the slow tail."""
+    out: dict[str, float] = {}
+    for key in ("mean", "p50", "p75", "p90", "p95"):
+        value = getattr(rate_of, key)
+        if value is not None and value > 0:
+            out[key] = 1.0 / value
+    inverted = [1.0 / v for v in per_request if v > 0]
+    if inverted:
+        out["std"] = statistics.pstdev(inverted) if len(inverted) > 1 else 0.0
+    return Stats(**out)
+
+
+def _value(record: dict[str, Any], key: str) -> float | None:
+    metric = (record.get("metrics") or {}).get(key)
+    if isinstance(metric, dict):
+        metric = metric.get("value")
+    if metric is None or isinstance(metric, bool):
+        return None
+    try:
+        value = float(metric)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _values(records: list[dict[str, Any]], key: str) -> list[float]:
+    return [v for r in records if (v := _value(r, key)) is not None]
+
+
+def _seconds(records: list[dict[str, Any]], key: str) -> list[float]:
+    return [v / 1000.0 for v in _values(records, key) if v > 0]
+
+
+def compute_request_metrics(records: list[dict[str, Any]], profile: dict[str, Any]) -> RequestMetrics:
+    ttft = _seconds(records, "time_to_first_token")
+    e2el = _seconds(records, "request_latency")
+    itl = _seconds(records, "inter_token_latency")
+    full_itl = _seconds(records, "full_response_inter_token_latency")
+    itl_stats = stats(itl)
+    full_itl_stats = stats(full_itl)
+    # seconds of the whole request per output token, paired within each record
+    e2e_per_token: list[float] = []
+    for r in records:
+        latency_ms, out_tokens = _value(r, "request_latency"), _value(r, "output_sequence_length")
+        if latency_ms is not None and out_tokens is not None and latency_ms > 0 and out_tokens > 0:
+            e2e_per_token.append(latency_ms / 1000.0 / out_tokens)
+    latency = Latency(
+        ttft=stats(ttft),
+        e2el=stats(e2el),
+        itl=itl_stats,
+        tpot=itl_stats,
+        intvty=_inverse(itl_stats, itl),
+        e2e_norm_intvty=_inverse(stats(e2e_per_token), e2e_per_token),
+        full_response_itl=full_itl_stats,
+        full_response_intvty=_inverse(full_itl_stats, full_itl),
+    )
+    isl = _values(records, "input_sequence_length")
+    osl = _values(records, "output_sequence_length")
+    tokens = TokenStats(input=stats(isl), output_actual=stats(osl))
+    return RequestMetrics(
+        qps=_qps(records),
+        latency=latency,
+        tokens=tokens,
+        throughput=_throughput(records, isl, osl),
+        cache=RequestCache(theoretical_cache_hit_rate=_theoretical_hit_rate(profile)),
+    )
+
+
+def _meta_ns(record: dict[str, Any], key: str) -> int | None:
+    value = (record.get("metadata") or {}).get(key)
+    return int(value) if value else None
+
+
+def _qps(records: list[dict[str, Any]]) -> QpsStats:
+    ends = sorted(ns / 1e9 for r in records if (ns := _meta_ns(r, "request_end_ns")) is not None)
+    if len(ends) < 2 or ends[-1] - ends[0] <= 0:
+        return QpsStats()
+    window = 1.0
+    values: list[float] = []
+    start, i = ends[0], 0
+    while start + window <= ends[-1]:
+        while i < len(ends) and ends[i] < start:
+            i += 1
+        j = i
+        while j < len(ends) and ends[j] < start + window:
+            j += 1
+        values.append((j - i) / window)
+        start += window
+    if not values:
+        return QpsStats(mean=len(ends) / (ends[-1] - ends[0]), window_seconds=window, samples=0)
+    s = stats(values)
+    return QpsStats(window_seconds=window, samples=len(values), **s.model_dump())
+
+
+def _throughput(records: list[dict[str, Any]], isl: list[float], osl: list[float]) -> Throughput:
+    starts = [ns for r in records if (ns := _meta_ns(r, "request_start_ns")) is not None]
+    ends = [ns for r in records if (ns := _meta_ns(r, "request_end_ns")) is not None]
+    if not starts or not ends:
+        return Throughput()
+    duration = (max(ends) - min(starts)) / 1e9
+    if duration <= 0:
+        return Throughput()
+    total_in, total_out = sum(isl), sum(osl)
+    return Throughput(
+        input=Rate(tokens_per_second=total_in / duration),
+        output=Rate(tokens_per_second=total_out / duration),
+        total=Rate(tokens_per_second=(total_in + total_out) / duration),
+        duration_seconds=duration,
+    )
+
+
+def _theoretical_hit_rate(profile: dict[str, Any]) -> float | None:
+    metric = profile.get("theoretical_prefix_cache_hit")
+    if not isinstance(metric, dict):
+        return None
+    hits, count = metric.get("sum"), metric.get("count")
+    if isinstance(hits, (int, float)) and isinstance(count, (int, float)) and count > 0:
+        return float(hits) / float(count)
+    avg = metric.get("avg")
+    if not isinstance(avg, (int, float)):
+        return None
+    return float(avg) / 100.0 if str(metric.get("unit", "")).strip() == "%" else float(avg)

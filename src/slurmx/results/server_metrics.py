@@ -1,0 +1,282 @@
+"""The engine's /metrics over the replay window -> the server figures of result.json, by the names the
+engine declares (`Engine.metrics`, `Engine.kv_pool_log`).
+
+Preferably the counters scraped right before and right after the replay (their difference covers exactly
+this point's requests, even on a server shared by several points), else aiperf's server-metrics export
+(server_metrics_export.json: {"metrics": {name: {"type", "series": [{"labels", "stats": {...}}]}}};
+counters carry the window's delta as stats.total).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from slurmx import engines
+from slurmx.engines import EngineMetrics, KvPoolLog
+from slurmx.results import prometheus
+from slurmx.results.requests import ArtifactError, _values
+from slurmx.results.schema import (
+    KvCache,
+    KvOffload,
+    MetricsSource,
+    PromptBySource,
+    ServerCache,
+    ServerMetrics,
+    ServerTokens,
+)
+
+# ---------------------------------------------------------------- server metrics
+
+
+class _Counters:
+    """Counter deltas and gauges by metric name (without `_total`), from either source."""
+
+    def __init__(self, rank_label: str = "engine") -> None:
+        self.rank_label = rank_label
+        self.delta: dict[str, float] = {}
+        self.by_source: dict[str, dict[str, float]] = {}  # by the `source` label (prompt tokens by origin)
+        self.by_engine: dict[str, dict[str, float]] = {}  # by the engine's rank label: one per data-parallel rank
+        self.gauge_max: dict[str, float] = {}
+        self.names: set[str] = set()
+
+    def get(self, name: str) -> float | None:
+        return self.delta.get(name)
+
+    def add(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.delta[name] = self.delta.get(name, 0.0) + value
+        for key, buckets in (("source", self.by_source), (self.rank_label, self.by_engine)):
+            if (label := labels.get(key)) is not None:
+                bucket = buckets.setdefault(name, {})
+                bucket[label] = bucket.get(label, 0.0) + value
+
+
+def _strip_total(name: str) -> str:
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+def counters_from_scrapes(before: str, after: str, rank_label: str = "engine") -> _Counters:
+    """after - before for every counter series; gauges from `after`."""
+    out = _Counters(rank_label)
+    start = {(s.name, s.labels): s.value for s in prometheus.iter_samples(before)}
+    for s in prometheus.iter_samples(after):
+        out.names.add(_strip_total(s.name))
+        if s.name.endswith("_total"):
+            name = _strip_total(s.name)
+            delta = s.value - start.get((s.name, s.labels), 0.0)
+            if delta < 0:  # counter reset (engine restarted between scrapes): count from zero
+                delta = s.value
+            out.add(name, dict(s.labels), delta)
+        elif not s.name.endswith(("_bucket", "_sum", "_count", "_created")):
+            out.gauge_max[s.name] = max(out.gauge_max.get(s.name, -math.inf), s.value)
+    return out
+
+
+def counters_from_export(export: dict[str, Any], rank_label: str = "engine") -> _Counters:
+    """aiperf's server_metrics_export.json: counters' stats.total is the window delta, gauges' stats.max."""
+    out = _Counters(rank_label)
+    metrics = export.get("metrics") if isinstance(export, dict) else None
+    if not isinstance(metrics, dict):
+        return out
+    for raw_name, entry in metrics.items():
+        if not isinstance(entry, dict):
+            continue
+        name = _strip_total(raw_name)
+        out.names.add(name)
+        kind = str(entry.get("type", "")).lower()
+        for series in entry.get("series") or []:
+            st = series.get("stats") if isinstance(series, dict) else None
+            if not isinstance(st, dict):
+                continue
+            if kind == "counter":
+                value = _first_number(st, ("total", "sum", "max", "avg"))
+                if value is None:
+                    continue
+                labels = series.get("labels") or {}
+                out.add(name, {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}, value)
+            elif kind == "gauge":
+                value = _first_number(st, ("max", "avg", "total"))
+                if value is not None:
+                    out.gauge_max[name] = max(out.gauge_max.get(name, -math.inf), value)
+    return out
+
+
+def _first_number(stats_: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        value = stats_.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def _rate(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+def _fraction(value: float | None) -> float | None:
+    """Usage gauges are exported as 0..1 or 0..100 depending on the engine version."""
+    if value is None:
+        return None
+    return value / 100.0 if value > 1.5 else value
+
+
+def compute_server_metrics(
+    records: list[dict[str, Any]],
+    export: dict[str, Any],
+    before: str | None,
+    after: str | None,
+    metrics: EngineMetrics | None = None,
+) -> tuple[ServerMetrics, MetricsSource]:
+    counters, source = engine_counters(export, before, after, metrics)
+    return server_metrics_from(records, counters, metrics), source
+
+
+def requests_by_rank(counters: _Counters, metrics: EngineMetrics | None = None) -> dict[str, int] | None:
+    """Requests each data-parallel rank finished over the window (the engine's rank label), when there are
+    several: how evenly the API server spread the load."""
+    names = metrics or engines.default().metrics
+    ranks = counters.by_engine.get(names.requests_done, {})
+    return (
+        {rank: round(n) for rank, n in sorted(ranks.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)}
+        if len(ranks) > 1
+        else None
+    )
+
+
+def engine_counters(
+    export: dict[str, Any], before: str | None, after: str | None, metrics: EngineMetrics | None = None
+) -> tuple[_Counters, MetricsSource]:
+    """The engine's counters over the window: the before/after scrape delta when both exist, else aiperf's
+    export of the engine's /metrics."""
+    rank_label = (metrics or engines.default().metrics).rank_label
+    exported = counters_from_export(export, rank_label)
+    source: MetricsSource
+    if before is not None and after is not None:
+        try:
+            counters, source = counters_from_scrapes(before, after, rank_label), "scrape-delta"
+        except prometheus.PrometheusParseError as exc:
+            raise ArtifactError(f"the engine's /metrics scrape does not parse: {exc}") from None
+        # gauges seen over the whole window beat a single scrape
+        for name, value in exported.gauge_max.items():
+            counters.gauge_max[name] = max(counters.gauge_max.get(name, -math.inf), value)
+    elif exported.names:
+        counters, source = exported, "aiperf-export"
+    else:
+        counters, source = _Counters(rank_label), "none"
+    return counters, source
+
+
+def server_metrics_from(
+    records: list[dict[str, Any]], counters: _Counters, metrics: EngineMetrics | None = None
+) -> ServerMetrics:
+    names = metrics or engines.default().metrics
+    present = bool(counters.names)
+    hits, queries = counters.get(names.prefix_hits), counters.get(names.prefix_queries)
+    ext_hits, ext_queries = counters.get(names.external_hits), counters.get(names.external_queries)
+    gpu_rate = _rate(hits, queries)
+    ext_rate = _rate(ext_hits, ext_queries)
+    cache = ServerCache(
+        gpu_cache_hit_rate=gpu_rate,
+        cpu_cache_hit_rate=ext_rate,
+        external_cache_hit_rate=ext_rate,
+        prefix_cache_hits=hits,
+        prefix_cache_queries=queries,
+        external_prefix_cache_hits=ext_hits,
+        external_prefix_cache_queries=ext_queries,
+    )
+    prompt_total = counters.get(names.prompt_tokens)
+    by_source = PromptBySource()
+    cached = counters.by_source.get(names.cached_by_source, {})
+    split = counters.by_source.get(names.prompt_by_source, {})
+    if cached:
+        cache.cached_tokens_by_source = cached
+    if split:
+        # InferenceX's rule: prompt tokens split by where they came from (vLLM >= 0.11)
+        local, external, computed = (
+            split.get("local_cache_hit"),
+            split.get("external_kv_transfer"),
+            split.get("local_compute"),
+        )
+        whole = sum(split.values())
+        if whole > 0:
+            if local is not None:
+                cache.gpu_cache_hit_rate = local / whole
+            if external is not None:
+                cache.cpu_cache_hit_rate = cache.external_cache_hit_rate = external / whole
+            cache.overall_cache_hit_rate = ((local or 0.0) + (external or 0.0)) / whole
+        by_source = PromptBySource(
+            gpu_cache_hit=local, cpu_or_external_cache_hit=external, computed=computed, raw=split
+        )
+    elif gpu_rate is not None:
+        cache.overall_cache_hit_rate = gpu_rate
+    # slurmx refinement: when vLLM says which tier served cached tokens, CPU means host DRAM only
+    host = cached.get("host")
+    whole_prompt = sum(split.values()) if split else prompt_total
+    if host and whole_prompt:
+        cache.cpu_cache_hit_rate = host / whole_prompt
+
+    gpu_usage = max((counters.gauge_max[n] for n in names.gpu_usage if n in counters.gauge_max), default=None)
+    # an engine without an offload counter has no figure for it (None), not a missing field
+    fields = ("bytes_gpu_to_cpu", "bytes_cpu_to_gpu", "time_gpu_to_cpu", "time_cpu_to_gpu")
+    offload = {f: counters.get(names.offload[f]) if f in names.offload else None for f in fields}
+    kv_offload = KvOffload(
+        **offload,
+        bandwidth_gpu_to_cpu_bytes_per_second=_rate(offload["bytes_gpu_to_cpu"], offload["time_gpu_to_cpu"]),
+        bandwidth_cpu_to_gpu_bytes_per_second=_rate(offload["bytes_cpu_to_gpu"], offload["time_cpu_to_gpu"]),
+    )
+    generation_total = counters.get(names.generation_tokens)
+    isl = sum(_values(records, "input_sequence_length"))
+    osl = sum(_values(records, "output_sequence_length"))
+    tokens = ServerTokens(
+        prompt_total=round(prompt_total) if prompt_total is not None else (round(isl) if records else None),
+        generation_total=round(generation_total) if generation_total is not None else (round(osl) if records else None),
+        requests_completed=len(records),
+        prompt_by_source=by_source,
+    )
+    server = ServerMetrics(
+        present=present,
+        adapter=names.prefix.rstrip(":") if any(n.startswith(names.prefix) for n in counters.names) else "none",
+        metric_count=len(counters.names),
+        cache=cache,
+        kv_cache=KvCache(
+            gpu_usage_pct=_fraction(gpu_usage),
+            cpu_usage_pct=_fraction(counters.gauge_max.get(names.cpu_usage)),
+        ),
+        kv_offload=kv_offload,
+        tokens=tokens,
+    )
+    return server
+
+
+def _warnings(server: ServerMetrics, source: MetricsSource) -> list[str]:
+    out = []
+    if source == "none":
+        out.append("no engine metrics: neither before/after scrapes nor server_metrics_export.json")
+    return out
+
+
+def kv_pool_tokens(engine_logs: Sequence[Path], pattern: KvPoolLog | None = None) -> int | None:
+    """Tokens of KV cache the engine allocated, from its pool-size log line (`Engine.kv_pool_log`); the last
+    line per engine core, summed over DP ranks: those of one log, and those of every node's log of a
+    multinode engine (each node logs its own ranks)."""
+    pattern = pattern or engines.default().kv_pool_log
+    size_re, rank_re = re.compile(pattern.size), re.compile(pattern.rank)
+    per_engine: dict[tuple[int, str], int] = {}
+    for index, log in enumerate(engine_logs):
+        try:
+            text = log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if pattern.marker not in line or not (size := size_re.search(line)):
+                continue
+            tag = rank_re.search(line)
+            per_engine[index, tag.group("tag") if tag else pattern.default_rank] = int(
+                size.group("tokens").replace(",", "")
+            )
+    return sum(per_engine.values()) if per_engine else None
