@@ -445,3 +445,93 @@ def test_seed_points_get_the_dram_derived_sizes(seed_points: list[Point], recipe
         assert simple.cpu_bytes_per_rank == int(point.total_cpu_dram_gb * 1e9 / 8)
         mooncake = resolve(as_arm(point, "mooncake"), recipes).backend
         assert mooncake.per_rank_gb == round(point.total_cpu_dram_gb / point.tp, 3)
+
+
+# -- review bugs that came back through a recipe edit (issue 22) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("place", "name", "value"),
+    [
+        (("engine", "ep-flags"), "--enable-auto-tool-choice", False),  # seed 000's shape: DEP points only
+        (("engine", "ep-flags"), "--no-enable-auto-tool-choice", True),
+        (("engine", "ep-flags"), "--tool-call-parser", ""),
+        (("engine", "ep-flags"), "--enable_auto_tool_choice", False),  # the underscore spelling vLLM also reads
+        (("arms", "vllm-simple", "add"), "--no-enable-auto-tool-choice", True),
+    ],
+)
+def test_tool_calling_disabled_on_some_points_is_refused(
+    tmp_path: Path, place: tuple[str, ...], name: str, value: object
+) -> None:
+    data = bad()
+    target = data
+    for key in place:
+        target = target.setdefault(key, {})
+    target[name] = value
+    refused(tmp_path, data, ".".join([*place, name]), *place, name, says="disables tool calling")
+
+
+def test_tool_calling_disabled_by_a_per_conc_rule_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["engine"]["per-conc"].append({"conc-min": 64, "flags": {"--no-enable-auto-tool-choice": True}})
+    error = refused(
+        tmp_path, data, "engine.per-conc.1.flags.--no-enable-auto-tool-choice",
+        "engine", "per-conc", "--no-enable-auto-tool-choice", says="disables tool calling",
+    )  # fmt: skip
+    assert "HTTP 400" in error.message
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["--kv-transfer-config.kv_connector_module_path", "--kv_transfer_config.kv_connector", "--kv_transfer_config"],
+)
+def test_a_dotted_or_respelled_flag_cannot_override_the_connector(tmp_path: Path, name: str) -> None:
+    data = bad()
+    data["arms"]["lmcache"]["add"] = {name: "x"}
+    refused(tmp_path, data, f"arms.lmcache.add.{name}", "arms", "lmcache", "add", name, says="--kv-transfer-config")
+
+
+@pytest.mark.parametrize("seed", ["random", "", "-1", "4294967296"])
+def test_a_hash_seed_that_is_not_fixed_is_refused(tmp_path: Path, seed: str) -> None:
+    data = bad()
+    data["env-policy"]["PYTHONHASHSEED"] = seed
+    refused(tmp_path, data, "env-policy.PYTHONHASHSEED", "env-policy", "PYTHONHASHSEED", says="not a fixed seed")
+
+
+def test_a_missing_hash_seed_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["env-policy"] = {"TORCH_CUDA_ARCH_LIST": "10.0"}
+    refused(tmp_path, data, "env-policy", "env-policy", says="must set PYTHONHASHSEED")
+
+
+@pytest.mark.parametrize("prefix", [["env", "PYTHONHASHSEED=7"], ["env", "-u", "PYTHONHASHSEED"]])
+def test_a_launcher_prefix_cannot_change_the_hash_seed(tmp_path: Path, prefix: list[str]) -> None:
+    data = bad()
+    data["engine"]["launcher"] = [*prefix, "vllm", "serve"]
+    path = write(tmp_path, data)
+    with pytest.raises(ConfigError) as caught:
+        load_recipe(path)
+    assert caught.value.field.startswith("engine.launcher.") and "hashing env belongs to env-policy" in str(
+        caught.value
+    )
+    assert caught.value.line is not None
+
+
+def test_the_refusal_is_one_line_and_exit_2_from_the_whole_process(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    data = bad()
+    data["engine"]["ep-flags"] = {"--enable-auto-tool-choice": False}
+    (tmp_path / "jobs").mkdir()
+    path = write(tmp_path / "jobs", data)
+    env = {**os.environ, "SLURMX_JOBS_DIR": str(tmp_path / "jobs")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmx", "render", SEED_KEYS[1], "--config", str(MASTER), "--clusters", str(CLUSTERS)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    line = f"{path}:{line_of(path, 'engine', 'ep-flags', '--enable-auto-tool-choice')}: "
+    assert proc.stderr.startswith("slurmx: error: " + line) and proc.stderr.count("\n") == 1, proc.stderr

@@ -49,6 +49,8 @@ def _check(file: RecipeFile) -> None:
                 raise file.error(
                     ("engine", "flags"), f"agentic recipe lacks {flag}: tool-call requests would get HTTP 400"
                 )
+    _check_flag_places(file, engine.tool_call_flags if recipe.scenario == "agentic-coding" else ())
+    _check_hash_policy(file)
     for rule_index, rule in enumerate(recipe.engine.per_conc):
         for name in rule.flags:
             if name in base:
@@ -92,15 +94,78 @@ def _overlap(a: ConcRule, b: ConcRule) -> bool:
     return lo <= hi
 
 
-def _check_computed(file: RecipeFile, computed: frozenset[str]) -> None:
+def _flag_places(file: RecipeFile) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Every mapping of engine flags a recipe can set, with where it is: base, EP, per-conc rules, arms."""
     recipe = file.recipe
     places: list[tuple[tuple[Any, ...], dict[str, Any]]] = [(("engine", "flags"), dict(recipe.engine.flags))]
+    places.append((("engine", "ep-flags"), dict(recipe.engine.ep_flags)))
     places += [(("engine", "per-conc", i, "flags"), dict(r.flags)) for i, r in enumerate(recipe.engine.per_conc)]
     places += [(("arms", name, "add"), dict(arm.add)) for name, arm in file.arms.items()]
-    for where, flags in places:
+    return places
+
+
+def canonical_flag(name: str) -> str:
+    """The option a flag sets as the engine's parser reads it: `--kv_transfer_config` is
+    `--kv-transfer-config`; a dotted `--kv-transfer-config.kv_connector_module_path` sets a leaf of it."""
+    root, dot, leaf = name.partition(".")
+    return "--" + root.removeprefix("--").replace("_", "-") + dot + leaf
+
+
+def _check_computed(file: RecipeFile, computed: frozenset[str]) -> None:
+    for where, flags in _flag_places(file):
         for name in flags:
-            if name in computed:
-                raise file.error((*where, name), f"{name} is set by slurmx from the point or the node, not by a recipe")
+            option = canonical_flag(name)
+            root = option.partition(".")[0]
+            if option in computed:
+                spelled = f" ({option})" if option != name else ""
+                raise file.error(
+                    (*where, name), f"{name}{spelled} is set by slurmx from the point or the node, not by a recipe"
+                )
+            if root in computed:  # seed 001: a missing or overridden connector module path loads no connector
+                raise file.error(
+                    (*where, name),
+                    f"{name} would override part of {root}, which slurmx builds whole from the point and its backend",
+                )
+
+
+def _check_flag_places(file: RecipeFile, tool_call_flags: tuple[str, ...]) -> None:
+    """Seed 000: tool calling dropped on some points only (an EP or per-conc rule, an arm) by a false value, an
+    empty parser or the `--no-` form; every place a flag can come from is checked, not only the base."""
+    for where, flags in _flag_places(file):
+        for name, value in flags.items():
+            option = canonical_flag(name)
+            for flag in tool_call_flags:
+                disabled = option == "--no-" + flag.removeprefix("--") or (
+                    option == flag and (value is False or value is None or value == "")
+                )
+                if disabled:
+                    raise file.error(
+                        (*where, name),
+                        f"{name}: {value!r} disables tool calling ({flag}): agentic requests get HTTP 400",
+                    )
+
+
+def _check_hash_policy(file: RecipeFile) -> None:
+    """One fixed hash seed for every process of every arm, or prefix-cache keys differ between them
+    (seed 000's arms ran with 0, 42 and unset)."""
+    recipe = file.recipe
+    seed = recipe.env_policy.get("PYTHONHASHSEED")
+    if seed is not None and not seed.isdigit() or int(seed) > 4294967295:
+        raise file.error(
+            ("env-policy", "PYTHONHASHSEED"),
+            f"{seed!r} is not a fixed seed (an integer 0..4294967295): prefix-cache keys would differ between processes",
+        )
+    launchers: list[tuple[tuple[Any, ...], list[str]]] = [(("engine", "launcher"), list(recipe.engine.launcher))]
+    if recipe.router is not None:
+        launchers.append((("router", "launcher"), list(recipe.router.launcher)))
+    for where, argv in launchers:
+        for i, token in enumerate(argv):
+            unset = token in ("-u", "--unset") and i + 1 < len(argv)
+            name = token.partition("=")[0] if "=" in token else argv[i + 1] if unset else ""
+            if name in HASH_ENV:
+                raise file.error(
+                    (*where, i), f"{token!r} changes {name} for one process: hashing env belongs to env-policy only"
+                )
 
 
 def _typed_arms(recipe: Recipe, path: Path, data: Any, index: LineIndex) -> dict[str, Arm]:
