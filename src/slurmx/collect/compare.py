@@ -200,8 +200,10 @@ class Comparison:
 
     def summary_line(self) -> str:
         counts = self.counts()
-        parts = [f"{len(self.points)} matched point(s): {counts['better']} better, {counts['worse']} worse, "
-                 f"{counts['within noise']} within noise"]  # fmt: skip
+        parts = [
+            f"{len(self.points)} matched point(s): {counts['better']} better, {counts['worse']} worse, "
+            f"{counts['within noise']} within noise"
+        ]
         if self.only_current or self.only_baseline:
             parts.append(f"{len(self.only_current)} only here, {len(self.only_baseline)} only in the baseline")
         if self.threshold is not None:
@@ -223,7 +225,7 @@ class Comparison:
                     "changes": [c.json() for c in p.changes],
                 }
                 for p in self.points
-            ],  # fmt: skip
+            ],
             "only_current": [describe(a) for a in self.only_current],
             "only_baseline": [describe(a) for a in self.only_baseline],
             "regressions": [

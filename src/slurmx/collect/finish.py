@@ -87,8 +87,10 @@ def finish(
         aggs = extras.aggregates.get(sr.sweep.path, [])
         if not sr.rows and not sr.skipped:
             continue
-        atomic.write_json(sr.sweep.aggregates_json, {"config_key": sr.sweep.config_key, "sweep_id": sr.sweep.sweep_id,
-                                                      "points": [a.json() for a in aggs]})  # fmt: skip
+        atomic.write_json(
+            sr.sweep.aggregates_json,
+            {"config_key": sr.sweep.config_key, "sweep_id": sr.sweep.sweep_id, "points": [a.json() for a in aggs]},
+        )
         written.append(sr.sweep.aggregates_json)
     if report:
         extras.report_note = _reports(collection, extras, written)

@@ -140,8 +140,11 @@ def _series(rows: list[Row]) -> dict[str, list[Row]]:
 def _pareto(ax: Any, series: dict[str, list[Row]]) -> None:
     labelled: set[tuple[str, int]] = set()  # one "c<conc>" tag per parallelism and concurrency, not per arm
     for label, values in series.items():
-        pts = [(v.intvty_p50, v.tput_per_gpu, v.conc) for v in values
-               if v.intvty_p50 is not None and v.tput_per_gpu is not None]  # fmt: skip
+        pts = [
+            (v.intvty_p50, v.tput_per_gpu, v.conc)
+            for v in values
+            if v.intvty_p50 is not None and v.tput_per_gpu is not None
+        ]
         if not pts:
             continue
         pts.sort()

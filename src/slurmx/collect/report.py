@@ -152,8 +152,16 @@ def _ttft(ax: Any, series: dict[str, list[PointAggregate]]) -> None:
             continue
         concs.update(p[0] for p in pts)
         yerr = list(zip(*(_err(p[1]) for p in pts)))
-        ax.errorbar([p[0] for p in pts], [p[1].mean for p in pts], yerr=yerr, label=label, color=f"C{i % 10}",
-                    marker="o", capsize=3, linewidth=1.5)  # fmt: skip
+        ax.errorbar(
+            [p[0] for p in pts],
+            [p[1].mean for p in pts],
+            yerr=yerr,
+            label=label,
+            color=f"C{i % 10}",
+            marker="o",
+            capsize=3,
+            linewidth=1.5,
+        )
     plots.ttft_axes(ax, concs)
 
 
@@ -188,12 +196,18 @@ def _table(aggs: list[PointAggregate]) -> list[dict[str, Any]]:
     rows = []
     for a in aggs:
         v = a.first
-        rows.append({
-            "parallelism": v.parallelism, "arm": v.arm, "conc": v.conc, "point_id": v.point_id,
-            "n": f"{a.n}/{a.repeats_planned}", "mode": a.repeat_mode or "-",
-            "cells": [_cell(a.estimates.get(m.key), m.spec) for m in METRICS],
-            "ratios": [_ratio_cell(a.ratios.get(key)) for key in ("tput_per_gpu", "ttft_p90_s")],
-        })  # fmt: skip
+        rows.append(
+            {
+                "parallelism": v.parallelism,
+                "arm": v.arm,
+                "conc": v.conc,
+                "point_id": v.point_id,
+                "n": f"{a.n}/{a.repeats_planned}",
+                "mode": a.repeat_mode or "-",
+                "cells": [_cell(a.estimates.get(m.key), m.spec) for m in METRICS],
+                "ratios": [_ratio_cell(a.ratios.get(key)) for key in ("tput_per_gpu", "ttft_p90_s")],
+            }
+        )
     return rows
 
 
@@ -217,14 +231,14 @@ def _comparison(comparison: Comparison, aggs: list[PointAggregate]) -> dict[str,
             }
             for p in comparison.points
             if id(p.current) in mine
-        ],  # fmt: skip
+        ],
         "only_current": [describe(a) for a in comparison.only_current if id(a) in mine],
         "only_baseline": [describe(a) for a in comparison.only_baseline],
         "regressions": [
             f"{describe(p.current)}: {c.metric.label} {c.change_pct:+.1f}%"
             for p, c in comparison.regressions()
             if id(p.current) in mine
-        ],  # fmt: skip
+        ],
     }
 
 

@@ -345,8 +345,15 @@ def _print_intervals(aggs: list[PointAggregate]) -> None:
     for key, members in by_key.items():
         title = f"{key}: {len(members)} points, means over repeats with 95% intervals (±% of the mean)"
         table = Table(title=title, title_justify="left")
-        for name in ("parallelism", "arm", "conc", "repeats", *(m.label for m in METRICS),
-                     "tput vs base", "TTFT p90 vs base"):  # fmt: skip
+        for name in (
+            "parallelism",
+            "arm",
+            "conc",
+            "repeats",
+            *(m.label for m in METRICS),
+            "tput vs base",
+            "TTFT p90 vs base",
+        ):
             table.add_column(name, justify="left" if name in ("parallelism", "arm") else "right", no_wrap=True)
         previous = None
         for a in members:
@@ -355,8 +362,14 @@ def _print_intervals(aggs: list[PointAggregate]) -> None:
                 table.add_section()
             previous = (v.parallelism, v.arm)
             ratios = [a.ratios[k].text() if k in a.ratios else "-" for k in ("tput_per_gpu", "ttft_p90_s")]
-            table.add_row(v.parallelism, v.arm, str(v.conc), f"{a.n}/{a.repeats_planned}",
-                          *(_est(a.estimates.get(m.key), m.spec) for m in METRICS), *ratios)  # fmt: skip
+            table.add_row(
+                v.parallelism,
+                v.arm,
+                str(v.conc),
+                f"{a.n}/{a.repeats_planned}",
+                *(_est(a.estimates.get(m.key), m.spec) for m in METRICS),
+                *ratios,
+            )
         console.print(table)
         modes = sorted({a.repeat_mode for a in members if a.repeat_mode})
         bases = sorted({a.baseline_arm for a in members if a.baseline_arm})
@@ -391,6 +404,9 @@ def _print_comparison(comparison: Comparison) -> None:
     for a in comparison.only_baseline:
         console.print(f"  only in the baseline: {describe(a)}", markup=False, highlight=False)
     for p, c in comparison.regressions():
-        console.print(f"  regression: {describe(p.current)}: {c.metric.label} {c.change_pct:+.1f}% ({c.ratio.text()})",
-                      markup=False, highlight=False)  # fmt: skip
+        console.print(
+            f"  regression: {describe(p.current)}: {c.metric.label} {c.change_pct:+.1f}% ({c.ratio.text()})",
+            markup=False,
+            highlight=False,
+        )
     console.print(comparison.summary_line(), markup=False, highlight=False)
