@@ -35,7 +35,7 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )
 # slurmx's answer on rows: InferenceX's fields only
-SLURMX_ONLY = ("point-id", "config-key", "slurm-request", "recipe")
+SLURMX_ONLY = ("point-id", "config-key", "slurm-request", "recipe", "recipe-note")
 
 
 class Oracle:

@@ -19,7 +19,7 @@ class Inputs:
     masters: Masters
     clusters: Clusters
     points: list[Point]
-    errors: list[UserError] = field(default_factory=list)  # one per bad key (plan --all goes on without them)
+    errors: list[UserError] = field(default_factory=list)  # one per bad key: the other keys go on without it
     _recipes: Recipes | None = field(default=None, repr=False)
 
     def recipes(self) -> Recipes:
@@ -54,8 +54,14 @@ class Inputs:
 
 
 def load_inputs(
-    config_files: list[Path] | None, clusters_file: Path | None, keys: list[str], all_keys: bool = False
+    config_files: list[Path] | None,
+    clusters_file: Path | None,
+    keys: list[str],
+    all_keys: bool = False,
+    keep_going: bool = False,
 ) -> Inputs:
+    """`keep_going`: a named key's own problem goes into `errors` (as always with `all_keys`) instead of
+    being raised, so a command serves the other keys and reports that one."""
     config_files = config_files or paths.default_masters()
     if not config_files:
         raise UserError(f"no master config found in {paths.config_dir()}; pass --config FILE")
@@ -67,6 +73,6 @@ def load_inputs(
     if not keys:
         raise UserError("name at least one config key, or --all")
     points, errors = expand_each(keys, masters, clusters)
-    if errors and not all_keys:
-        raise errors[0]  # a named key's own problem
+    if errors and not (all_keys or keep_going):
+        raise errors[0]
     return Inputs(masters, clusters, points, list(errors))

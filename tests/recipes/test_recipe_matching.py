@@ -24,7 +24,7 @@ def _variant(tmp_path: Path, **changes: object) -> list[str]:
     key.update(changes)
     key["scenarios"] = {"agentic-coding": [{"dram-utilization": 0.8, "search-space": [space]}]}
     (tmp_path / "v-master.yaml").write_text(yaml.safe_dump({"variant": key}))
-    return ["plan", "variant", "--config", str(tmp_path / "v-master.yaml")]
+    return ["variant", "--config", str(tmp_path / "v-master.yaml")]
 
 
 @pytest.mark.parametrize(
@@ -35,16 +35,21 @@ def _variant(tmp_path: Path, **changes: object) -> list[str]:
         ({"image": "inferactinc/public:other-tag"}, "image 'inferactinc/public:sprint-agentx-fast"),
     ],
 )
-def test_a_near_match_is_refused_at_plan_time_naming_the_nearest_recipe(
+def test_a_near_match_is_refused_by_render_and_submit_naming_the_nearest_recipe(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], named: str
 ) -> None:
-    assert main(_variant(tmp_path, **change)) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert "no serving recipe matches" in err and "dsv4_fp4_b200_vllm.yaml (dsv4-fp4-b200-vllm)" in err
-    assert named in err
+    for command in (["render"], ["submit", "--dry-run", "--results", str(tmp_path / "results")]):
+        assert main([*command, *_variant(tmp_path, **change)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert "no serving recipe matches" in err and "dsv4_fp4_b200_vllm.yaml (dsv4-fp4-b200-vllm)" in err
+        assert named in err
+    # plan only expands: it names the nearest recipe as information and exits 0
+    assert main(["plan", *_variant(tmp_path, **change)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "recipe: no serving recipe for variant; nearest is" in out and named in out
 
 
 def test_the_exact_key_plans_with_its_recipe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(_variant(tmp_path)) == 0
+    assert main(["plan", *_variant(tmp_path)]) == 0
     assert "dsv4-fp4-b200-vllm" in capsys.readouterr().out

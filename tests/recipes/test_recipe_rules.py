@@ -286,18 +286,23 @@ def test_server_flags_cannot_bypass_typed_lmcache_knobs(tmp_path: Path, flag: st
 # -- the refusal reaches the user as one line and exit code 2 --------------------------------------
 
 
-def test_slurmx_plan_exits_2_with_one_line_on_a_bad_recipe(
+def test_slurmx_render_exits_2_with_one_line_on_a_bad_recipe_and_plan_does_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = bad()
     data["arms"]["lmcache"]["chunk-size"] = 1000
     path = write(tmp_path, data)
     monkeypatch.setenv("SLURMX_JOBS_DIR", str(tmp_path))
-    code = cli.main(["plan", SEED_KEYS[1], "--config", str(MASTER), "--clusters", str(CLUSTERS)])
-    err = capsys.readouterr().err
+    code = cli.main(["render", SEED_KEYS[1], "--config", str(MASTER), "--clusters", str(CLUSTERS)])
+    out, err = capsys.readouterr()
     assert code == 2
+    assert out == ""
     assert err.count("\n") == 1
     assert f"{path}:{line_of(path, 'arms', 'lmcache', 'chunk-size')}: arms.lmcache.chunk-size:" in err
+    # planning is expansion only: the recipe's refusal is information there
+    assert cli.main(["plan", SEED_KEYS[1], "--config", str(MASTER), "--clusters", str(CLUSTERS)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "arms.lmcache.chunk-size" in out
 
 
 # -- the production recipes ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from slurmx import paths
 from slurmx.collect import collect as col
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             json.dump({"root": str(root), "sweeps": [], "skipped": [], "note": note}, sys.stdout, indent=1)
             sys.stdout.write("\n")
         else:
-            err.print(note)
+            err.print(note, soft_wrap=True, markup=False, highlight=False)
         return 0
 
     with _progress(err, files) as advance:
@@ -148,7 +149,8 @@ def _report(
         _print_skipped(err, collection)
         for note in (plot_note, extras.report_note):
             if note:
-                err.print(note)
+                err.print(note, soft_wrap=True, markup=False, highlight=False)  # hints like 'slurmx[report]'
+
         for path in written:
             if path.name == "report.html":
                 err.print(f"report: {path}", soft_wrap=True, markup=False, highlight=False)
@@ -283,7 +285,7 @@ def _print_skipped(err: Console, collection: col.Collection) -> None:
     invalid = [s for s in skipped if s.kind == "invalid"]
     superseded = [s for s in skipped if s.kind == "superseded"]
     for line in collection.warnings:
-        err.print(f"[bold yellow]warning:[/] {line}", soft_wrap=True)
+        err.print(Text.assemble(("warning:", "bold yellow"), f" {line}"), soft_wrap=True)
     refused = [r for r in collection.rows if not r.valid]
     if refused:
         err.print(f"{len(refused)} invalid point(s) shown but left out of every ratio:")

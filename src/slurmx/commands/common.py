@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from slurmx.errors import UserError
 from slurmx.inputs import Inputs, load_inputs
 
 
@@ -23,7 +24,16 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_points(args: argparse.Namespace, keys: list[str], all_keys: bool = False) -> Inputs:
-    inputs = load_inputs(args.config, args.clusters, keys, all_keys)
+    inputs = load_inputs(args.config, args.clusters, keys, all_keys, keep_going=True)
     for warning in inputs.warnings:
         print(f"slurmx: warning: {warning}", file=sys.stderr)
     return inputs
+
+
+def report_key_errors(inputs: Inputs, refused: list[UserError] | None = None) -> int:
+    """Each refused key as one line on stderr; exit 2 when any key was refused, else 0. A bad key blocks
+    only itself: the command has already done its work for every other key."""
+    errors = [*inputs.errors, *(refused or [])]
+    for error in errors:
+        print(f"slurmx: error: {error}", file=sys.stderr)
+    return 2 if errors else 0

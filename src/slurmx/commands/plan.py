@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
-from slurmx.commands.common import add_config_options, load_points
+from slurmx.commands.common import add_config_options, load_points, report_key_errors
+from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.plan import Point
-from slurmx.recipes.resolve import find_recipe, missing_implementation, near_recipe, resolve
+from slurmx.recipes.resolve import match_values, missing_implementation, near_recipe, resolve
 from slurmx.recipes.spec import ServingSpec
 from slurmx.submit.resolved import point_request
 
@@ -42,37 +44,63 @@ def _request_summary(point: Point, loaded: Inputs, serving: ServingSpec | None) 
     return point_request(point, profile, serving).summary()
 
 
-def check_recipes(loaded: Inputs) -> tuple[dict[str, str], dict[str, ServingSpec]]:
-    """Resolve every point that has a serving recipe, so a bad recipe fails at plan time."""
-    names: dict[str, str] = {}
-    specs: dict[str, ServingSpec] = {}
-    for p in loaded.points:
-        # A point slurmx cannot serve plans all the same; submit and render say what is missing.
-        if p.multinode or p.scenario != "agentic-coding" or missing_implementation(p) is not None:
+@dataclass
+class RecipeNotes:
+    """What plan can say about each point's serving recipe: information only, never a refusal (matching a
+    recipe is render's and submit's job, and their errors belong to the key)."""
+
+    names: dict[str, str] = field(default_factory=dict)  # point id -> the recipe that serves it
+    specs: dict[str, ServingSpec] = field(default_factory=dict)  # point id -> resolved spec (sizes the request)
+    notes: dict[str, str] = field(default_factory=dict)  # point id -> why it has no recipe (or none resolves)
+
+
+def recipe_notes(loaded: Inputs) -> RecipeNotes:
+    found = RecipeNotes()
+    candidates = [p for p in loaded.points if not p.multinode and p.scenario == "agentic-coding"]
+    if not candidates:
+        return found
+    try:
+        recipes = loaded.recipes()
+    except UserError as unreadable:
+        found.notes = {p.point_id: f"recipes unreadable: {unreadable}" for p in candidates}
+        return found
+    for p in candidates:
+        missing = missing_implementation(p)
+        if missing is not None:
+            found.notes[p.point_id] = str(missing)
             continue
-        name = loaded.recipe_name(p)
-        if name:
-            specs[p.point_id] = resolve(p, loaded.recipes())
-            names[p.point_id] = name
-        elif near_recipe(p, loaded.recipes()) is not None:
-            find_recipe(p, loaded.recipes())  # refused: a near match never serves a point
-    return names, specs
+        file = recipes.find(match_values(p))
+        if file is None:
+            near = near_recipe(p, recipes)
+            found.notes[p.point_id] = (
+                f"no serving recipe for {p.config_key}; nearest is {near[0].path} ({near[0].recipe.recipe}), "
+                f"which differs in {', '.join(near[1])}"
+                if near
+                else f"no serving recipe for {p.config_key}"
+            )
+            continue
+        found.names[p.point_id] = file.recipe.recipe
+        try:
+            found.specs[p.point_id] = resolve(p, recipes)
+        except UserError as refused:
+            found.notes[p.point_id] = f"recipe {file.recipe.recipe} refuses it: {refused}"
+    return found
 
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_points(args, args.keys, args.all)
-    recipes, specs = check_recipes(loaded)
+    notes = recipe_notes(loaded)
     if args.json:
         rows = [
-            point_json(p, loaded, specs.get(p.point_id)) | {"recipe": recipes.get(p.point_id)} for p in loaded.points
+            point_json(p, loaded, notes.specs.get(p.point_id))
+            | {"recipe": notes.names.get(p.point_id)}
+            | ({"recipe-note": notes.notes[p.point_id]} if p.point_id in notes.notes else {})
+            for p in loaded.points
         ]
         sys.stdout.write(json_rows(rows))
     else:
-        _print_tables(loaded, recipes, specs)
-    # plan --all: the good keys are planned above; each bad key is one line here, and the exit says so.
-    for error in loaded.errors:
-        print(f"slurmx: error: {error}", file=sys.stderr)
-    return 2 if loaded.errors else 0
+        _print_tables(loaded, notes)
+    return report_key_errors(loaded)
 
 
 def json_rows(rows: list[dict[str, Any]]) -> str:
@@ -83,7 +111,7 @@ def json_rows(rows: list[dict[str, Any]]) -> str:
     return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]\n"
 
 
-def _print_tables(loaded: Inputs, recipes: dict[str, str], specs: dict[str, ServingSpec]) -> None:
+def _print_tables(loaded: Inputs, notes: RecipeNotes) -> None:
     from rich.console import Console  # only the table needs rich: --json does not pay for importing it
     from rich.table import Table
 
@@ -103,7 +131,10 @@ def _print_tables(loaded: Inputs, recipes: dict[str, str], specs: dict[str, Serv
                 p.backend_name,
                 conc,
                 str(p.total_cpu_dram_gb),
-                recipes.get(p.point_id, "-"),
-                _request_summary(p, loaded, specs.get(p.point_id)) or "-",
+                notes.names.get(p.point_id, "-"),
+                _request_summary(p, loaded, notes.specs.get(p.point_id)) or "-",
             )
         console.print(table)
+        # information, printed literally (rich markup would eat brackets in paths and hints)
+        for note in dict.fromkeys(notes.notes[p.point_id] for p in points if p.point_id in notes.notes):
+            console.print(f"recipe: {note}", markup=False, highlight=False, soft_wrap=True)

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from slurmx import backends
-from slurmx.commands.common import add_config_options, load_points
+from slurmx.commands.common import add_config_options, load_points, report_key_errors
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node import disagg, numa, provision
@@ -39,8 +39,10 @@ REVIEW_MASTER_PORT = 29501  # torch.distributed's, when a rank spans nodes (chos
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("render", help="print the exact commands each point would run", description=__doc__)
-    parser.add_argument("key", metavar="KEY")
-    parser.add_argument("--point", metavar="ID", help="only this point id")
+    parser.add_argument(
+        "keys", nargs="+", metavar="KEY", help="config keys to render (a refused key blocks only itself)"
+    )
+    parser.add_argument("--point", metavar="ID", help="only this point id (or id prefix)")
     parser.add_argument(
         "--results", type=Path, metavar="DIR", default=Path("results"), help="results root named in the sbatch script"
     )
@@ -150,6 +152,18 @@ def render_refused(point: Point, why: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    inputs = load_points(args, [args.key])
-    print(render_key(args.key, inputs, args.results, args.point), end="")
-    return 0
+    inputs = load_points(args, args.keys)
+    keys = inputs.config_keys()
+    if args.point is not None:
+        keys = [k for k in keys if any(p.point_id.startswith(args.point) for p in inputs.key_points(k))]
+        if not keys and not inputs.errors:
+            raise UserError(f"no point {args.point!r} in {', '.join(args.keys)}")
+    refused: list[UserError] = []
+    for key in keys:
+        try:
+            text = render_key(key, inputs, args.results, args.point)
+        except UserError as error:  # this key's own problem (a recipe, a profile): the other keys render
+            refused.append(error)
+            continue
+        print(text, end="", flush=True)
+    return report_key_errors(inputs, refused)

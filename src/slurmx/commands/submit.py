@@ -9,9 +9,11 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from slurmx import paths
-from slurmx.commands.common import add_config_options, load_points
+from slurmx.commands.common import add_config_options, load_points, report_key_errors
+from slurmx.errors import UserError
 from slurmx.slurm.sbatch import array_id
 from slurmx.store.tree import ResultsTree
 from slurmx.submit import KeyReport, submit_key
@@ -48,29 +50,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.repeats < 1:
+        raise UserError(f"--repeats {args.repeats}: must be 1 or more")
     inputs = load_points(args, args.keys)
-    check_submittable(inputs.points)
     tree = ResultsTree(args.results or paths.default_results())
     mode = Mode(force=args.force, only_failed=args.only_failed)
-    reports = [
-        submit_key(key, inputs, tree, mode, dry_run=args.dry_run, max_parallel=args.max_parallel, repeats=args.repeats)
-        for key in inputs.config_keys()
-    ]
+    reports: list[KeyReport] = []
+    refused: list[UserError] = []
+    for key in inputs.config_keys():
+        try:  # a key's own problem (a recipe, a profile, the cluster) blocks only that key
+            check_submittable(inputs.key_points(key))
+            reports.append(
+                submit_key(
+                    key, inputs, tree, mode, dry_run=args.dry_run, max_parallel=args.max_parallel, repeats=args.repeats
+                )
+            )
+        except UserError as error:
+            refused.append(error)
     if args.json:
         json.dump([r.to_json() for r in reports], sys.stdout, indent=1)
         sys.stdout.write("\n")
-        return 0
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    for report in reports:
-        _print_report(console, report, args.dry_run)
-    return 0
+    else:
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        for report in reports:
+            _print_report(console, report, args.dry_run)
+    return report_key_errors(inputs, refused)
 
 
 def _print_report(console: Console, report: KeyReport, dry_run: bool) -> None:
     for array in report.arrays if dry_run else []:
         console.print(
-            f"[bold]sbatch script for {report.config_key}[/bold], {array.tasks} task(s) asking {array.request} "
-            "(dry run, nothing submitted):"
+            Text.assemble(
+                (f"sbatch script for {report.config_key}", "bold"),
+                f", {array.tasks} task(s) asking {array.request} (dry run, nothing submitted):",
+            )
         )
         console.file.write(f"{array.sbatch_script}\n")
     table = Table(title=f"{report.config_key}  sweep {report.sweep_id}", title_justify="left")
@@ -83,8 +96,10 @@ def _print_report(console: Console, report: KeyReport, dry_run: bool) -> None:
         table.add_row(d.item.point.point_id, *repeat, d.item.point.exp_name, action, d.why)
     console.print(table)
     for array in report.arrays if not dry_run else []:
-        console.print(f"array job {array_id(array.job_ids)}: {array.tasks} task(s) asking {array.request}")
+        console.print(
+            f"array job {array_id(array.job_ids)}: {array.tasks} task(s) asking {array.request}", markup=False
+        )
     if report.job_ids:
-        console.print(f"results in {report.sweep_path}")
+        console.print(f"results in {report.sweep_path}", markup=False, highlight=False)
     elif not dry_run:
         console.print("nothing to submit")

@@ -48,7 +48,8 @@ def match_values(point: Point) -> tuple[object, ...]:
 
 def near_recipe(point: Point, recipes: Recipes) -> tuple[RecipeFile, list[str]] | None:
     """A recipe written for this point's model family (prefix, precision, framework, runner) that differs in
-    another field that decides what runs (model, image, spec-decoding, DCP): it must not serve the point."""
+    another field that decides what runs (model, image, spec-decoding, DCP): it must not serve the point,
+    but it is the one to name (plan shows it; render and submit refuse the point naming it)."""
     if recipes.find(match_values(point)) is not None:
         return None
     nearest = recipes.nearest(match_values(point))

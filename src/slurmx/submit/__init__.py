@@ -4,6 +4,7 @@ the ledger around each sbatch call. Typed in, typed out; `commands/submit.py` on
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +127,8 @@ def submit_key(
     resolved = resolve_points(points, inputs)
     sweep = sweep_dir(tree, key, inputs)
     report = KeyReport(key, sweep.sweep_id, str(sweep.path))
-    with locked(tree.key_lock(key)):
+    # a dry run only reads the tree: it takes no lock, so it writes nothing (not even the lock file)
+    with nullcontext() if dry_run else locked(tree.key_lock(key)):
         report.decisions = decide(resolved, tree, sweep, mode, repeats)
         runs: dict[str, list[int]] = {}
         for d in report.decisions:
