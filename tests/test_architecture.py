@@ -20,7 +20,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("recipes", "inputs"),  # serving recipes -> ServingSpec; what commands read
     ("slurm",),  # the Slurm client: requests, sbatch, accounting
     ("store",),  # the results tree and the ledger: the floor every stage below stands on
-    ("results",),  # artifacts -> result.json, gate, collect
+    ("results",),  # what the node writes: artifacts -> result.json, gate
+    ("collect",),  # what the login node reads: rows, repeats, compare, plots, report (never node/)
     ("node",),  # the job body
     ("submit", "status"),  # stages run from a login node
     ("commands", "cli", "__main__"),  # argument parsing and printing
@@ -96,6 +97,17 @@ def test_the_import_graph_has_no_cycle() -> None:
         if node not in state:
             visit(node)
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_two_stages_of_results_never_import_each_other() -> None:
+    """collect/ reads what node/ and results/ wrote; results/ and node/ never read a collection."""
+    crossing = [
+        f"{source} imports {target}"
+        for source, targets in graph().items()
+        for target in targets
+        if source.split(".")[1:2] in (["node"], ["results"]) and target.split(".")[1:2] == ["collect"]
+    ]
+    assert not crossing, "\n".join(sorted(crossing))
 
 
 def test_the_checker_sees_a_planted_upward_import(tmp_path: Path) -> None:

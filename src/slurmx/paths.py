@@ -1,4 +1,4 @@
-"""Where slurmx finds its shipped configs and writes results by default."""
+"""Where slurmx finds its shipped configs, recipes and site templates, and writes results by default."""
 
 from __future__ import annotations
 
@@ -34,6 +34,18 @@ def jobs_dir() -> Path:
     if local.is_dir() and any(local.glob("*.yaml")):
         return local
     return _CHECKOUT / "jobs"
+
+
+def templates_dir() -> Path:
+    """SLURMX_TEMPLATES_DIR, else ./sbatch_templates when it holds a *.sh, else the checkout's sbatch_templates/:
+    where a site's sbatch preambles override the packaged ones, one <runtime kind>.sh each (a kind with no
+    file there keeps the packaged preamble)."""
+    if env := os.environ.get("SLURMX_TEMPLATES_DIR"):
+        return Path(env)
+    local = Path.cwd() / "sbatch_templates"
+    if local.is_dir() and any(local.glob("*.sh")):
+        return local
+    return _CHECKOUT / "sbatch_templates"
 
 
 def default_results() -> Path:

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from slurmx.collect.collect import flatten
 from slurmx.node import telemetry
 from slurmx.node.supervisor import Supervisor
 from slurmx.results import energy
 from slurmx.results.aggregate import RunMeta, build_result, load_records
-from slurmx.results.collect import flatten
 from slurmx.results.schema import POWER_FIELDS, Result
 from slurmx.store.tree import SweepDir
 from tests.helpers.inferencex_power import aggregate_power
@@ -40,7 +40,7 @@ META = RunMeta(sweep_id="20261130-1637", node="node01")
 
 
 def collect_row(result: Result, tmp: Path) -> dict[str, Any]:
-    return flatten(result, tmp / "result.json", SweepDir(tmp / "key" / "sweep"))
+    return flatten(result, tmp / "result.json", SweepDir(tmp / "key" / "sweep")).columns()
 
 
 def aiperf_window() -> energy.Window:
@@ -175,17 +175,16 @@ def test_await_sample_after_returns_at_once_without_gpus(tmp_path: Path) -> None
 
 
 def test_collect_draws_energy_per_token_against_interactivity(tmp_path: Path) -> None:
-    from slurmx.results import plots
-    from slurmx.results.collect import Row
+    from slurmx.collect import plots
 
     window = aiperf_window()
     with_power = build_result(
         point_from_row(POINT), AIPERF, run=META, telemetry_dir=h200_telemetry_over(window, tmp_path / "t")
     )
-    rows = [Row(tmp_path / "result.json", "key", "sweep", with_power, collect_row(with_power, tmp_path))]
+    rows = [flatten(with_power, tmp_path / "result.json", SweepDir(tmp_path / "key" / "sweep"))]
     written = plots.write_sweep_plots(rows, tmp_path / "plots", "energy")
     assert tmp_path / "plots" / plots.ENERGY_PNG in written
     assert (tmp_path / "plots" / plots.ENERGY_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     without = build_result(point_from_row(POINT), AIPERF, run=META)
-    rows = [Row(tmp_path / "result.json", "key", "sweep", without, collect_row(without, tmp_path))]
+    rows = [flatten(without, tmp_path / "result.json", SweepDir(tmp_path / "key" / "sweep"))]
     assert not any(p.name == plots.ENERGY_PNG for p in plots.write_sweep_plots(rows, tmp_path / "p2", "none"))

@@ -149,13 +149,13 @@ def test_written_result_reads_back_and_collects(result: Result, tmp_path: Path) 
     write_result(path, result)
     (tmp_path / "r" / POINT["config-key"] / "s1" / "sweep.json").write_text("{}")
     assert Result.model_validate_json(path.read_text()) == result
-    from slurmx.results import collect as col
+    from slurmx.collect import collect as col
     from slurmx.store.targets import find_sweeps
     from slurmx.store.tree import ResultsTree
 
     sweeps, _ = find_sweeps(ResultsTree(tmp_path / "r"), [])
     rows = col.collect(sweeps).rows
-    assert len(rows) == 1 and rows[0].values["arm"] == "lmcache" and rows[0].values["parallelism"] == "TP1"
+    assert len(rows) == 1 and rows[0].arm == "lmcache" and rows[0].parallelism == "TP1"
 
 
 def test_cancelled_replay_is_recorded_and_gated(tmp_path: Path) -> None:

@@ -27,11 +27,12 @@ from rich.table import Table
 from rich.text import Text
 
 from slurmx import paths
-from slurmx.commands import collect_stats as stats
+from slurmx.collect import collect as col
+from slurmx.collect import finish
+from slurmx.collect.compare import Comparison, describe, load_baseline, parse_threshold
+from slurmx.collect.repeats import METRICS, PointAggregate, has_repeats
+from slurmx.collect.stats import Estimate
 from slurmx.errors import UserError
-from slurmx.results import collect as col
-from slurmx.results.compare import load_baseline, parse_threshold
-from slurmx.results.repeats import has_repeats
 from slurmx.store import atomic
 from slurmx.store.targets import find_sweeps
 from slurmx.store.tree import ResultsTree
@@ -109,13 +110,13 @@ def run(args: argparse.Namespace) -> int:
 
     written: list[Path] = []
     try:
-        _write_beside_sweeps(args, collection, written)
-        plot_note = None if args.no_plots else _plots(collection, written)
-        extras = stats.finish(collection, written, baseline, threshold, report=not args.no_report)
+        finish.write_summaries(collection, written, inferencex=args.format == "inferencex")
+        plot_note = None if args.no_plots else finish.write_plots(collection, written)
+        extras = finish.finish(collection, written, baseline, threshold, report=not args.no_report)
     except (atomic.StorageError, OSError) as exc:
         # a read-only or full results tree: the table is still worth printing
         plot_note = f"summaries and plots not written beside the sweeps: {exc}"
-        extras = stats.finish(collection, [], baseline, threshold, report=False, write=False)
+        extras = finish.finish(collection, [], baseline, threshold, report=False, write=False)
     if args.csv:
         atomic.write_text(args.csv, col.csv_text(col.sorted_rows(collection.rows)))
         written.append(args.csv)
@@ -127,18 +128,6 @@ def run(args: argparse.Namespace) -> int:
     return 1 if extras.regressed else 0
 
 
-def _write_beside_sweeps(args: argparse.Namespace, collection: col.Collection, written: list[Path]) -> None:
-    for sr in collection.sweeps:
-        if not sr.rows and not sr.skipped:
-            continue
-        col.write_summaries(sr)
-        written += [sr.sweep.summary_csv, sr.sweep.summary_json]
-        if args.format == "inferencex":
-            path = col.inferencex_path(sr.sweep)
-            atomic.write_json(path, col.inferencex_list(sr.rows))
-            written.append(path)
-
-
 def _report(
     args: argparse.Namespace,
     collection: col.Collection,
@@ -146,17 +135,17 @@ def _report(
     written: list[Path],
     plot_note: str | None,
     err: Console,
-    extras: stats.Extras,
+    extras: finish.Extras,
 ) -> None:
     if args.json:
         _print_json(collection, root, written, plot_note, extras.json())
     else:
         if has_repeats(extras.all):
-            stats.print_intervals(extras.all)
+            _print_intervals(extras.all)
         else:
             _print_tables(collection)
         if extras.comparison is not None:
-            stats.print_comparison(extras.comparison)
+            _print_comparison(extras.comparison)
         _print_skipped(err, collection)
         for note in (plot_note, extras.report_note):
             if note:
@@ -182,20 +171,6 @@ def _progress(err: Console, files: int) -> Iterator[Callable[[int], None] | None
     yield None
 
 
-def _plots(collection: col.Collection, written: list[Path]) -> str | None:
-    from slurmx.results import plots
-
-    if not plots.available():
-        return "plots skipped: matplotlib is not installed (pip install 'slurmx[plots]')"
-    for sr in collection.sweeps:
-        inputs = [r.path for r in sr.rows] + [s.path for s in sr.skipped]
-        if sr.rows and not plots.up_to_date(sr.sweep.plots, inputs):
-            title = f"{sr.sweep.config_key}  (sweep {sr.sweep.sweep_id}, {len(sr.rows)} points)"
-            valid = [r for r in sr.rows if r.valid]  # an invalid point's figures are not data
-            written += plots.write_sweep_plots(valid, sr.sweep.plots, title, inputs)
-    return None
-
-
 def _fmt(value: Any, spec: str) -> str:
     if value is None:
         return "-"
@@ -216,51 +191,51 @@ _HEADERS = (
 _RICH_MAX_ROWS = 300
 
 
-def _cells(v: dict[str, Any]) -> list[str]:
+def _cells(v: col.Row) -> list[str]:
     return [
-        v["parallelism"], v["arm"], str(v["conc"]), _fmt(v["tput_per_gpu"], ".1f"), _fmt(v["intvty_p50"], ".1f"),
-        _fmt(v["ttft_p50_s"], ".3f"), _fmt(v["ttft_p90_s"], ".3f"), _fmt(v["e2el_p90_s"], ".2f"),
-        f"{100 * v['error_rate']:.1f}", _pct(v["gpu_hit_rate"]), _pct(v["cpu_hit_rate"]),
-        _pct(v["external_hit_rate"]), _tier(v), _ratio(v["tput_ratio"]), _ratio(v["ttft_p90_ratio"]),
-        _fmt(v["j_per_out_tok"], ".3g"), _validity(v),
+        v.parallelism, v.arm, str(v.conc), _fmt(v.tput_per_gpu, ".1f"), _fmt(v.intvty_p50, ".1f"),
+        _fmt(v.ttft_p50_s, ".3f"), _fmt(v.ttft_p90_s, ".3f"), _fmt(v.e2el_p90_s, ".2f"),
+        f"{100 * v.error_rate:.1f}", _pct(v.gpu_hit_rate), _pct(v.cpu_hit_rate),
+        _pct(v.external_hit_rate), _tier(v), _ratio(v.tput_ratio), _ratio(v.ttft_p90_ratio),
+        _fmt(v.j_per_out_tok, ".3g"), _validity(v),
     ]  # fmt: skip
 
 
-def _tier(v: dict[str, Any]) -> str:
+def _tier(v: col.Row) -> str:
     """Tokens the engine received from the tier over prompt tokens; the tier's own figure beside it
     where the two disagree by more than a point."""
-    engine, tier = v["tier_hit_rate"], v["tier_side_hit_rate"]
-    if engine is None or v["arm"] == "none":
+    engine, tier = v.tier_hit_rate, v.tier_side_hit_rate
+    if engine is None or v.arm == "none":
         return "-"
     if tier is not None and abs(tier - engine) > 0.01:
         return f"{_pct(engine)} (tier {_pct(tier)})"
     return _pct(engine)
 
 
-def _validity(v: dict[str, Any]) -> str:
-    if not v["valid"]:
-        reason = str(v["invalid_reason"])  # in full on stderr, below the table
+def _validity(v: col.Row) -> str:
+    if not v.valid:
+        reason = str(v.invalid_reason)  # in full on stderr, below the table
         return "INVALID: " + (reason if len(reason) <= 32 else reason[:31] + "…")
-    return v["labels"] or "ok"
+    return v.labels or "ok"
 
 
 def _print_tables(collection: col.Collection) -> None:
     console = Console(width=None if sys.stdout.isatty() else 240)
     by_key: dict[str, list[col.Row]] = {}
     for row in col.sorted_rows(collection.rows):
-        by_key.setdefault(row.values["config_key"], []).append(row)
+        by_key.setdefault(row.config_key, []).append(row)
     plain = len(collection.rows) > _RICH_MAX_ROWS
     for key, rows in by_key.items():
-        sweeps = sorted({r.values["sweep_id"] for r in rows})
+        sweeps = sorted({r.sweep_id for r in rows})
         title = f"{key}: {len(rows)} points (sweep {', '.join(sweeps)})"
         groups: list[list[list[str]]] = []
         previous = None
         for row in rows:
-            group = (row.values["parallelism"], row.values["arm"])
+            group = (row.parallelism, row.arm)
             if group != previous:
                 groups.append([])
                 previous = group
-            groups[-1].append(_cells(row.values))
+            groups[-1].append(_cells(row))
         if plain:
             sys.stdout.write(_plain_table(title, groups))
         else:
@@ -274,11 +249,10 @@ def _print_tables(collection: col.Collection) -> None:
                     table.add_row(*cells)
             console.print(table)
         for row in rows:  # a multinode point: its nodes and how its data-parallel ranks shared the requests
-            v = row.values
-            if v["nodes"]:
-                ranks = f", requests by data-parallel rank {v['requests_by_rank']}" if v["requests_by_rank"] else ""
-                sys.stdout.write(f"  {v['exp_name']} ran on {v['nodes'].replace(';', ', ')}{ranks}\n")
-        bases = sorted({r.values["baseline_arm"] for r in rows if r.values["baseline_arm"]})
+            if row.nodes:
+                ranks = f", requests by data-parallel rank {row.requests_by_rank}" if row.requests_by_rank else ""
+                sys.stdout.write(f"  {row.exp_name} ran on {row.nodes.replace(';', ', ')}{ranks}\n")
+        bases = sorted({r.baseline_arm for r in rows if r.baseline_arm})
         if bases:
             sys.stdout.write(f"  ratios are over the {' / '.join(bases)} arm at the same parallelism and concurrency\n")
         sys.stdout.flush()
@@ -316,7 +290,7 @@ def _print_skipped(err: Console, collection: col.Collection) -> None:
     if refused:
         err.print(f"{len(refused)} invalid point(s) shown but left out of every ratio:")
         for r in refused:
-            err.print(f"  {r.path}: {r.values['invalid_reason']}", markup=False, highlight=False, soft_wrap=True)
+            err.print(f"  {r.path}: {r.invalid_reason}", markup=False, highlight=False, soft_wrap=True)
     if invalid:
         err.print(f"[bold yellow]{len(invalid)} result file(s) not counted:[/]")
         for s in invalid:
@@ -337,7 +311,7 @@ def _print_json(
                 "config_key": sr.sweep.config_key,
                 "sweep_id": sr.sweep.sweep_id,
                 "path": str(sr.sweep.path),
-                "rows": [r.values for r in col.sorted_rows(sr.rows)],
+                "rows": [r.columns() for r in col.sorted_rows(sr.rows)],
                 "skipped": [s.json() for s in sr.skipped],
             }
             for sr in collection.sweeps
@@ -358,3 +332,83 @@ def _short(path: Path, root: Path) -> str:
         return str(path.relative_to(root))
     except ValueError:
         return str(path)
+
+
+def _est(est: Estimate | None, spec: str) -> str:
+    return "-" if est is None else est.text(spec)
+
+
+def _print_intervals(aggs: list[PointAggregate]) -> None:
+    """One row per point over its repeats: mean ±95 % half-width (as % of the mean), ratios with intervals."""
+    console = Console(width=None if sys.stdout.isatty() else 220)
+    by_key: dict[str, list[PointAggregate]] = {}
+    for a in aggs:
+        by_key.setdefault(a.first.config_key, []).append(a)
+    for key, members in by_key.items():
+        title = f"{key}: {len(members)} points, means over repeats with 95% intervals (±% of the mean)"
+        table = Table(title=title, title_justify="left")
+        for name in (
+            "parallelism",
+            "arm",
+            "conc",
+            "repeats",
+            *(m.label for m in METRICS),
+            "tput vs base",
+            "TTFT p90 vs base",
+        ):
+            table.add_column(name, justify="left" if name in ("parallelism", "arm") else "right", no_wrap=True)
+        previous = None
+        for a in members:
+            v = a.first
+            if previous is not None and (v.parallelism, v.arm) != previous:
+                table.add_section()
+            previous = (v.parallelism, v.arm)
+            ratios = [a.ratios[k].text() if k in a.ratios else "-" for k in ("tput_per_gpu", "ttft_p90_s")]
+            table.add_row(
+                v.parallelism,
+                v.arm,
+                str(v.conc),
+                f"{a.n}/{a.repeats_planned}",
+                *(_est(a.estimates.get(m.key), m.spec) for m in METRICS),
+                *ratios,
+            )
+        console.print(table)
+        modes = sorted({a.repeat_mode for a in members if a.repeat_mode})
+        bases = sorted({a.baseline_arm for a in members if a.baseline_arm})
+        if bases:
+            how = (
+                "paired by repeat" if modes == ["separate-tasks"] else "unpaired (repeats ran back to back per server)"
+            )
+            sys.stdout.write(
+                f"  ratios over the {' / '.join(bases)} arm, {how}; an interval containing 1 is within noise\n"
+            )
+    sys.stdout.flush()
+
+
+def _print_comparison(comparison: Comparison) -> None:
+    console = Console(width=None if sys.stdout.isatty() else 220)
+    table = Table(title=f"compared with {comparison.label}", title_justify="left")
+    table.add_column("point", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for m in METRICS:
+        table.add_column(m.label, justify="right", no_wrap=True)
+    style = {"better": "green", "worse": "red", "within noise": "dim"}
+    for p in comparison.points:
+        changes = {c.metric.key: c for c in p.changes}
+        cells = []
+        for m in METRICS:
+            c = changes.get(m.key)
+            cells.append("-" if c is None else f"[{style.get(c.verdict, '')}]{c.change_pct:+.1f}% {c.verdict}[/]")
+        table.add_row(describe(p.current), f"[{style.get(p.verdict, '')}]{p.verdict}[/]", *cells)
+    console.print(table)
+    for a in comparison.only_current:
+        console.print(f"  only here: {describe(a)}", markup=False, highlight=False)
+    for a in comparison.only_baseline:
+        console.print(f"  only in the baseline: {describe(a)}", markup=False, highlight=False)
+    for p, c in comparison.regressions():
+        console.print(
+            f"  regression: {describe(p.current)}: {c.metric.label} {c.change_pct:+.1f}% ({c.ratio.text()})",
+            markup=False,
+            highlight=False,
+        )
+    console.print(comparison.summary_line(), markup=False, highlight=False)

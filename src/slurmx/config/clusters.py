@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 from slurmx.config.master import kebab
 
@@ -44,6 +44,17 @@ class SlurmProfile(_Model):
     max_node_failures: PositiveInt = 3
     # A job Slurm requeued more often than this (node failures, preemption) stops instead of running again.
     max_requeues: int = Field(default=3, ge=0)
+    # The site's lines for the job script, before the runtime's preamble (module loads, proxies, scratch
+    # setup): each one shell line, run as written on every node of the job.
+    setup: list[str] = Field(default_factory=list)
+
+    @field_validator("setup")
+    @classmethod
+    def _one_line_each(cls, lines: list[str]) -> list[str]:
+        for i, line in enumerate(lines):
+            if "\n" in line or "\r" in line:
+                raise ValueError(f"setup line {i + 1} holds a line break: give each shell line its own list entry")
+        return lines
 
     @model_validator(mode="after")
     def _signal_after_start(self) -> Self:

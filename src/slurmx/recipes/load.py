@@ -150,7 +150,7 @@ def _check_hash_policy(file: RecipeFile) -> None:
     (seed 000's arms ran with 0, 42 and unset)."""
     recipe = file.recipe
     seed = recipe.env_policy.get("PYTHONHASHSEED")
-    if seed is not None and not seed.isdigit() or int(seed) > 4294967295:
+    if seed is not None and (not seed.isdigit() or int(seed) > 4294967295):
         raise file.error(
             ("env-policy", "PYTHONHASHSEED"),
             f"{seed!r} is not a fixed seed (an integer 0..4294967295): prefix-cache keys would differ between processes",

@@ -1,1 +1,1 @@
-"""aiperf artifacts -> result.json (schema, aggregation, validity gate); collection and plots."""
+"""What the node writes: aiperf artifacts -> result.json (schema, aggregation, energy, evidence, validity gate)."""

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import ClassVar, Self
 
+from slurmx import paths
 from slurmx.config.clusters import RuntimeProfile
 from slurmx.errors import UserError
 
@@ -31,11 +32,19 @@ def expand(value: str, env: dict[str, str] | None = None) -> str:
     return _VAR.sub(sub, value)
 
 
-def template_text(name: str) -> str:
-    """An sbatch preamble shipped in the package (slurmx/runtimes/templates/<name>)."""
+def template_text(name: str) -> tuple[str, str]:
+    """(text, where it came from) of an sbatch preamble: the site's <templates_dir>/<name> when there is one
+    (paths.templates_dir), else the one shipped in the package (slurmx/runtimes/templates/<name>)."""
+    site = paths.templates_dir() / name
+    try:
+        return site.read_text(encoding="utf-8"), str(site)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # there but unreadable: a site's preamble silently replaced would mislead
+        raise UserError(f"sbatch template {site}: {exc.strerror or exc}") from None
     resource = resources.files("slurmx.runtimes").joinpath("templates", name)
     try:
-        return resource.read_text(encoding="utf-8")
+        return resource.read_text(encoding="utf-8"), f"slurmx/runtimes/templates/{name} (packaged)"
     except FileNotFoundError:
         raise UserError(f"sbatch template {name} is missing from the slurmx package (reinstall slurmx)") from None
 
@@ -45,7 +54,7 @@ class Runtime:
     """Resolved for one point. Subclasses set `kind` and say how processes start."""
 
     kind: ClassVar[str] = ""
-    template: ClassVar[str | None] = None  # sbatch preamble under templates/, None for none
+    template: ClassVar[str | None] = None  # sbatch preamble (a site's sbatch_templates/ or templates/), None for none
     serves: ClassVar[bool] = True  # False: the point's work is the profile's command, not a server stack
     tools_on_host: ClassVar[bool] = False  # True: preflight can check the tools from the job's own host
     passes_sigint: ClassVar[bool] = True  # a SIGINT to the wrapped argv reaches the process (no srun in between)
@@ -91,8 +100,9 @@ class Runtime:
         """The job script's setup lines from the kind's template, with this runtime's values filled in."""
         if self.template is None:
             return []
-        lines = []
-        for line in template_text(self.template).splitlines():
+        text, where = template_text(self.template)
+        lines = [f"# sbatch template: {where}"]  # which preamble ran, in the script itself and in `render`
+        for line in text.splitlines():
             if line.startswith("#!") or not line.strip():
                 continue
             for key, value in self.template_values().items():

@@ -55,10 +55,15 @@ def array_plans(
                 groups=groups,
                 array_parallelism=max_parallel or slurm.array_parallelism,
                 signal_delay_s=slurm.signal_delay_s,
-                setup=runtime_for(first.profile, first.point.image).setup_lines(),
+                setup=[*profile_setup(slurm.setup), *runtime_for(first.profile, first.point.image).setup_lines()],
             )
         )
     return plans
+
+
+def profile_setup(lines: list[str]) -> list[str]:
+    """The cluster profile's own setup lines, headed so a reader of the script knows where they came from."""
+    return ["# cluster profile setup (slurm.setup)", *lines] if lines else []
 
 
 def shared_servers(members: list[Resolved]) -> list[list[Point]]:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurmx.results.collect import Row, arm_order
+from slurmx.collect.collect import Row, arm_order
+from slurmx.collect.stats import MIN_N, Estimate, Ratio, mean_interval, ratio_paired, ratio_unpaired
 from slurmx.results.schema import Result
-from slurmx.results.stats import MIN_N, Estimate, Ratio, mean_interval, ratio_paired, ratio_unpaired
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ class PointAggregate:
     ratios: dict[str, Ratio] = field(default_factory=dict)  # over the baseline arm's aggregate
 
     @property
-    def first(self) -> dict[str, Any]:
-        return self.rows[0].values
+    def first(self) -> Row:
+        return self.rows[0]
 
     @property
     def result(self) -> Result:
@@ -58,22 +58,22 @@ class PointAggregate:
 
     @property
     def repeat_mode(self) -> str | None:
-        return self.first.get("repeat_mode")
+        return self.first.repeat_mode
 
     def values(self, metric: str) -> dict[int, float]:
         """repeat -> value, for the repeats that have the metric."""
-        return {r.values["repeat"]: r.values[metric] for r in self.rows if r.values.get(metric) is not None}
+        return {r.repeat: value for r in self.rows if (value := r.metric(metric)) is not None}
 
     def json(self) -> dict[str, Any]:
         v = self.first
         return {
-            "config_key": v["config_key"],
-            "sweep_id": v["sweep_id"],
-            "point_id": v["point_id"],
-            "exp_name": v["exp_name"],
-            "parallelism": v["parallelism"],
-            "arm": v["arm"],
-            "conc": v["conc"],
+            "config_key": v.config_key,
+            "sweep_id": v.sweep_id,
+            "point_id": v.point_id,
+            "exp_name": v.exp_name,
+            "parallelism": v.parallelism,
+            "arm": v.arm,
+            "conc": v.conc,
             "repeats": self.n,
             "repeats_planned": self.repeats_planned,
             "repeat_mode": self.repeat_mode,
@@ -87,7 +87,7 @@ class PointAggregate:
 
 
 def point_key(row: Row) -> tuple[str, str]:
-    return (row.values["config_key"], row.point_id)
+    return (row.config_key, row.point_id)
 
 
 def aggregate(rows: Iterable[Row], key: Callable[[Row], Hashable] = point_key) -> list[PointAggregate]:
@@ -97,7 +97,7 @@ def aggregate(rows: Iterable[Row], key: Callable[[Row], Hashable] = point_key) -
         groups.setdefault(key(row), []).append(row)
     out = []
     for members in groups.values():
-        members.sort(key=lambda r: r.values["repeat"])
+        members.sort(key=lambda r: r.repeat)
         agg = PointAggregate(members)
         for metric in METRICS:
             values = list(agg.values(metric.key).values())
@@ -110,7 +110,7 @@ def aggregate(rows: Iterable[Row], key: Callable[[Row], Hashable] = point_key) -
 
 def _order(a: PointAggregate) -> tuple[Any, ...]:
     v = a.first
-    return (v["config_key"], v["parallelism"], arm_order(v["arm"]), v["conc"])
+    return (v.config_key, v.parallelism, arm_order(v.arm), v.conc)
 
 
 def paired(a: PointAggregate, b: PointAggregate) -> bool:
@@ -132,12 +132,12 @@ def add_arm_ratios(aggs: list[PointAggregate]) -> None:
     groups: dict[tuple[str, str, int], list[PointAggregate]] = {}
     for agg in aggs:
         v = agg.first
-        groups.setdefault((v["config_key"], v["parallelism"], v["conc"]), []).append(agg)
+        groups.setdefault((v.config_key, v.parallelism, v.conc), []).append(agg)
     for members in groups.values():
-        arms = sorted({m.first["arm"] for m in members}, key=arm_order)
+        arms = sorted({m.first.arm for m in members}, key=arm_order)
         if len(arms) < 2:
             continue
-        base = next(m for m in members if m.first["arm"] == arms[0])
+        base = next(m for m in members if m.first.arm == arms[0])
         for agg in members:
             agg.baseline_arm = arms[0]
             if agg is base:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurmx.cli import main
-from slurmx.results import plots
+from slurmx.collect import plots
 from slurmx.results.schema import Result
 from tests.helpers.synthetic import make_result, write_sweep
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from slurmx.results.collect import Row, arm_order
+from slurmx.collect.collect import Row, arm_order
 from slurmx.store import atomic
 
 PARETO_PNG = "tput_per_gpu_vs_interactivity.png"
@@ -93,11 +93,11 @@ def write_sweep_plots(rows: list[Row], out_dir: Path, title: str, inputs: list[P
     series = _series(rows)
     if not series:
         return []
-    drawings: list[tuple[str, Callable[[Any, dict[str, list[dict[str, Any]]]], None]]] = [
+    drawings: list[tuple[str, Callable[[Any, dict[str, list[Row]]], None]]] = [
         (PARETO_PNG, _pareto),
         (TTFT_PNG, _ttft),
     ]
-    if any(v.get("j_per_out_tok") is not None for values in series.values() for v in values):
+    if any(v.j_per_out_tok is not None for values in series.values() for v in values):
         drawings.append((ENERGY_PNG, _energy))
     written = []
     for name, draw in drawings:
@@ -113,12 +113,12 @@ def write_sweep_plots(rows: list[Row], out_dir: Path, title: str, inputs: list[P
 _LINESTYLES = ("-", "--", ":", "-.")
 
 
-def _style(label: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _style(label: str, series: dict[str, list[Row]]) -> dict[str, Any]:
     """One colour per arm, one line style (and marker) per parallelism, so arms compare at a glance."""
-    arms = list(dict.fromkeys(v[0]["arm"] for v in series.values()))
-    pars = sorted({v[0]["parallelism"] for v in series.values()})
+    arms = list(dict.fromkeys(v[0].arm for v in series.values()))
+    pars = sorted({v[0].parallelism for v in series.values()})
     first = series[label][0]
-    arm_i, par_i = arms.index(first["arm"]), pars.index(first["parallelism"])
+    arm_i, par_i = arms.index(first.arm), pars.index(first.parallelism)
     return {
         "color": f"C{arm_i % 10}",
         "linestyle": _LINESTYLES[par_i % len(_LINESTYLES)],
@@ -126,29 +126,31 @@ def _style(label: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, Any
     }
 
 
-def _series(rows: list[Row]) -> dict[str, list[dict[str, Any]]]:
+def _series(rows: list[Row]) -> dict[str, list[Row]]:
     """Rows by line label: the arm, with the parallelism when a sweep has more than one."""
-    parallelisms = {r.values["parallelism"] for r in rows}
-    ordered = sorted(rows, key=lambda r: (arm_order(r.values["arm"]), r.values["parallelism"], r.values["conc"]))
-    out: dict[str, list[dict[str, Any]]] = {}
+    parallelisms = {r.parallelism for r in rows}
+    ordered = sorted(rows, key=lambda r: (arm_order(r.arm), r.parallelism, r.conc))
+    out: dict[str, list[Row]] = {}
     for row in ordered:
-        v = row.values
-        label = v["arm"] if len(parallelisms) == 1 else f"{v['arm']} · {v['parallelism']}"
-        out.setdefault(label, []).append(v)
+        label = row.arm if len(parallelisms) == 1 else f"{row.arm} · {row.parallelism}"
+        out.setdefault(label, []).append(row)
     return out
 
 
-def _pareto(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
+def _pareto(ax: Any, series: dict[str, list[Row]]) -> None:
     labelled: set[tuple[str, int]] = set()  # one "c<conc>" tag per parallelism and concurrency, not per arm
     for label, values in series.items():
-        pts = [(v["intvty_p50"], v["tput_per_gpu"], v["conc"]) for v in values
-               if v["intvty_p50"] is not None and v["tput_per_gpu"] is not None]  # fmt: skip
+        pts = [
+            (v.intvty_p50, v.tput_per_gpu, v.conc)
+            for v in values
+            if v.intvty_p50 is not None and v.tput_per_gpu is not None
+        ]
         if not pts:
             continue
         pts.sort()
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         ax.plot(xs, ys, label=label, linewidth=1.5, **_style(label, series))
-        parallelism = values[0]["parallelism"]
+        parallelism = values[0].parallelism
         for x, y, conc in pts:
             if (parallelism, conc) not in labelled:
                 labelled.add((parallelism, conc))
@@ -159,13 +161,11 @@ def _pareto(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
     ax.set_ylim(bottom=0)
 
 
-def _energy(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
+def _energy(ax: Any, series: dict[str, list[Row]]) -> None:
     """GPU energy per output token against interactivity (points with valid power telemetry only)."""
     for label, values in series.items():
         pts = sorted(
-            (v["intvty_p50"], v.get("j_per_out_tok"))
-            for v in values
-            if v["intvty_p50"] is not None and v.get("j_per_out_tok") is not None
+            (v.intvty_p50, v.j_per_out_tok) for v in values if v.intvty_p50 is not None and v.j_per_out_tok is not None
         )
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, linewidth=1.5, **_style(label, series))
@@ -186,10 +186,10 @@ def ttft_axes(ax: Any, concs: set[int]) -> None:
     ax.set_ylim(bottom=0)
 
 
-def _ttft(ax: Any, series: dict[str, list[dict[str, Any]]]) -> None:
+def _ttft(ax: Any, series: dict[str, list[Row]]) -> None:
     concs: set[int] = set()
     for label, values in series.items():
-        pts = sorted((v["conc"], v["ttft_p90_s"]) for v in values if v["ttft_p90_s"] is not None)
+        pts = sorted((v.conc, v.ttft_p90_s) for v in values if v.ttft_p90_s is not None)
         if not pts:
             continue
         concs.update(p[0] for p in pts)

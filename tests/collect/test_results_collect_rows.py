@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from slurmx.results import collect as col
+from slurmx.collect import collect as col
 from slurmx.store.tree import SweepDir
 from tests.helpers.synthetic import make_result, write_result, write_sweep
 
@@ -27,7 +27,7 @@ def test_a_row_carries_every_column_from_its_result(tmp_path: Path) -> None:
         result.slurmx,
     )
     assert meta is not None
-    assert row.values == {
+    assert row.columns() == {
         "config_key": KEY, "sweep_id": "s1", "point_id": "p1", "exp_name": "kimik3_tp8_conc16_kvdram-lmcache",
         "parallelism": "TP8", "arm": "lmcache", "spec_decoding": "none", "conc": 16, "num_gpus": 8,
         "tput_per_gpu": rm.throughput.per_gpu.total_tput_tps,
@@ -52,13 +52,13 @@ def test_a_row_carries_every_column_from_its_result(tmp_path: Path) -> None:
         "power_invalid": None,
     }  # fmt: skip
     # every metric differs from the others, so a column fed from the wrong field shows
-    numbers = [v for k, v in row.values.items() if k.endswith(("_s", "_p50", "_p90", "_gpu"))]
+    numbers = [v for k, v in row.columns().items() if k.endswith(("_s", "_p50", "_p90", "_gpu"))]
     assert len(set(numbers)) == len(numbers)
     lines = list(csv.reader(io.StringIO(col.csv_text([row]))))
     assert lines[0] == list(col.CSV_COLUMNS) and len(lines) == 2
     cells = dict(zip(lines[0], lines[1]))
     assert cells["baseline_arm"] == "" and cells["tput_ratio"] == ""  # None is an empty cell
-    assert cells["conc"] == "16" and cells["point_id"] == "p1" and cells["exp_name"] == row.values["exp_name"]
+    assert cells["conc"] == "16" and cells["point_id"] == "p1" and cells["exp_name"] == row.exp_name
 
 
 def test_a_result_written_elsewhere_takes_its_point_id_from_its_directory(tmp_path: Path) -> None:
@@ -67,8 +67,8 @@ def test_a_result_written_elsewhere_takes_its_point_id_from_its_directory(tmp_pa
     write_result(tmp_path / KEY / "s1" / "points" / "d1" / "result.json", result)
     (tmp_path / KEY / "s1" / "sweep.json").write_text("{}")
     (row,) = col.collect([SweepDir(tmp_path / KEY / "s1")]).rows
-    assert (row.values["point_id"], row.values["exp_name"], row.values["config_key"]) == ("d1", "", KEY)
-    assert (row.values["ended_at"], row.values["node"]) == (None, None)
+    assert (row.point_id, row.exp_name, row.config_key) == ("d1", "", KEY)
+    assert (row.ended_at, row.node) == (None, None)
 
 
 def test_unreadable_files_name_the_first_problem_and_count_the_rest(tmp_path: Path) -> None:
@@ -106,8 +106,8 @@ def test_on_equal_end_times_the_newer_file_wins_and_a_missing_end_time_loses(tmp
     os.utime(s2 / "points" / "tie" / "result.json", (1_000_000.0, 1_000_000.0))
     os.utime(s2 / "points" / "noend" / "result.json", (3_000_000.0, 3_000_000.0))
     rows = {r.point_id: r for r in col.collect([SweepDir(s1), SweepDir(s2)]).rows}
-    assert rows["tie"].values["sweep_id"] == "s1"  # same end time: the newer file
-    assert rows["noend"].values["sweep_id"] == "s1"  # an end time beats none, however new the file
+    assert rows["tie"].sweep_id == "s1"  # same end time: the newer file
+    assert rows["noend"].sweep_id == "s1"  # an end time beats none, however new the file
 
 
 def test_progress_counts_each_file_once_and_a_given_file_list_is_used(tmp_path: Path) -> None:

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmx import __version__
-from slurmx.results import plots
-from slurmx.results.collect import SweepResults, arm_order
-from slurmx.results.compare import Comparison, describe
-from slurmx.results.repeats import METRIC, METRICS, PointAggregate
-from slurmx.results.stats import Estimate, Ratio
+from slurmx.collect import plots
+from slurmx.collect.collect import SweepResults, arm_order
+from slurmx.collect.compare import Comparison, describe
+from slurmx.collect.repeats import METRIC, METRICS, PointAggregate
+from slurmx.collect.stats import Estimate, Ratio
 from slurmx.store import atomic
 from slurmx.store.state import read_state
 from slurmx.store.tree import SweepDir
@@ -100,11 +100,11 @@ def _err(est: Estimate | None) -> tuple[float, float]:
 
 
 def _series(aggs: list[PointAggregate]) -> dict[str, list[PointAggregate]]:
-    parallelisms = {a.first["parallelism"] for a in aggs}
+    parallelisms = {a.first.parallelism for a in aggs}
     out: dict[str, list[PointAggregate]] = {}
-    for a in sorted(aggs, key=lambda a: (arm_order(a.first["arm"]), a.first["parallelism"], a.first["conc"])):
+    for a in sorted(aggs, key=lambda a: (arm_order(a.first.arm), a.first.parallelism, a.first.conc)):
         v = a.first
-        out.setdefault(v["arm"] if len(parallelisms) == 1 else f"{v['arm']} · {v['parallelism']}", []).append(a)
+        out.setdefault(v.arm if len(parallelisms) == 1 else f"{v.arm} · {v.parallelism}", []).append(a)
     return out
 
 
@@ -125,7 +125,7 @@ def plot_images(aggs: list[PointAggregate], title: str) -> list[tuple[str, str]]
 
 def _pareto(ax: Any, series: dict[str, list[PointAggregate]]) -> None:
     for i, (label, members) in enumerate(series.items()):
-        pts = [(a.estimates.get("intvty_p50"), a.estimates.get("tput_per_gpu"), a.first["conc"]) for a in members]
+        pts = [(a.estimates.get("intvty_p50"), a.estimates.get("tput_per_gpu"), a.first.conc) for a in members]
         pts2 = sorted(((x, y, c) for x, y, c in pts if x is not None and y is not None), key=lambda p: p[0].mean)
         if not pts2:
             continue
@@ -145,15 +145,23 @@ def _ttft(ax: Any, series: dict[str, list[PointAggregate]]) -> None:
     concs: set[int] = set()
     for i, (label, members) in enumerate(series.items()):
         pts = sorted(
-            ((a.first["conc"], a.estimates["ttft_p90_s"]) for a in members if "ttft_p90_s" in a.estimates),
+            ((a.first.conc, a.estimates["ttft_p90_s"]) for a in members if "ttft_p90_s" in a.estimates),
             key=lambda p: p[0],
         )
         if not pts:
             continue
         concs.update(p[0] for p in pts)
         yerr = list(zip(*(_err(p[1]) for p in pts)))
-        ax.errorbar([p[0] for p in pts], [p[1].mean for p in pts], yerr=yerr, label=label, color=f"C{i % 10}",
-                    marker="o", capsize=3, linewidth=1.5)  # fmt: skip
+        ax.errorbar(
+            [p[0] for p in pts],
+            [p[1].mean for p in pts],
+            yerr=yerr,
+            label=label,
+            color=f"C{i % 10}",
+            marker="o",
+            capsize=3,
+            linewidth=1.5,
+        )
     plots.ttft_axes(ax, concs)
 
 
@@ -188,12 +196,18 @@ def _table(aggs: list[PointAggregate]) -> list[dict[str, Any]]:
     rows = []
     for a in aggs:
         v = a.first
-        rows.append({
-            "parallelism": v["parallelism"], "arm": v["arm"], "conc": v["conc"], "point_id": v["point_id"],
-            "n": f"{a.n}/{a.repeats_planned}", "mode": a.repeat_mode or "-",
-            "cells": [_cell(a.estimates.get(m.key), m.spec) for m in METRICS],
-            "ratios": [_ratio_cell(a.ratios.get(key)) for key in ("tput_per_gpu", "ttft_p90_s")],
-        })  # fmt: skip
+        rows.append(
+            {
+                "parallelism": v.parallelism,
+                "arm": v.arm,
+                "conc": v.conc,
+                "point_id": v.point_id,
+                "n": f"{a.n}/{a.repeats_planned}",
+                "mode": a.repeat_mode or "-",
+                "cells": [_cell(a.estimates.get(m.key), m.spec) for m in METRICS],
+                "ratios": [_ratio_cell(a.ratios.get(key)) for key in ("tput_per_gpu", "ttft_p90_s")],
+            }
+        )
     return rows
 
 
@@ -217,14 +231,14 @@ def _comparison(comparison: Comparison, aggs: list[PointAggregate]) -> dict[str,
             }
             for p in comparison.points
             if id(p.current) in mine
-        ],  # fmt: skip
+        ],
         "only_current": [describe(a) for a in comparison.only_current if id(a) in mine],
         "only_baseline": [describe(a) for a in comparison.only_baseline],
         "regressions": [
             f"{describe(p.current)}: {c.metric.label} {c.change_pct:+.1f}%"
             for p, c in comparison.regressions()
             if id(p.current) in mine
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -232,7 +246,7 @@ def render(sr: SweepResults, aggs: list[PointAggregate], comparison: Comparison 
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("slurmx.results", "templates"),
+        loader=jinja2.PackageLoader("slurmx.collect", "templates"),
         autoescape=jinja2.select_autoescape(default=True),
         undefined=jinja2.StrictUndefined,
     )

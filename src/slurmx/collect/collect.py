@@ -13,7 +13,7 @@ import io
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +39,78 @@ class Skipped:
         return {"path": str(self.path), "reason": self.reason, "kind": self.kind}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Row:
-    """One result (valid or refused by the gate), flattened to what the table, the CSV and the plots show."""
+    """One result (valid or refused by the gate), flattened to what the table, the CSV and the plots show:
+    every field but `result` is a summary.csv column, in the CSV's order (CSV_COLUMNS is read from here)."""
 
-    path: Path
     config_key: str
     sweep_id: str
-    result: Result
-    values: dict[str, Any] = field(default_factory=dict)
+    point_id: str
+    exp_name: str
+    parallelism: str
+    arm: str
+    spec_decoding: str
+    conc: int
+    num_gpus: int
+    tput_per_gpu: float | None
+    output_tput_per_gpu: float | None
+    input_tput_per_gpu: float | None
+    intvty_p50: float | None
+    intvty_p90: float | None
+    e2e_norm_intvty_p50: float | None
+    e2e_norm_intvty_p90: float | None
+    ttft_p50_s: float | None
+    ttft_p90_s: float | None
+    e2el_p50_s: float | None
+    e2el_p90_s: float | None
+    itl_p50_s: float | None
+    error_rate: float
+    requests_successful: int
+    requests_total: int
+    gpu_hit_rate: float | None
+    cpu_hit_rate: float | None
+    external_hit_rate: float | None
+    overall_hit_rate: float | None
+    tier_hit_rate: float | None
+    tier_side_hit_rate: float | None
+    tier_tokens: float | None
+    valid: bool
+    invalid_reason: str | None
+    labels: str
+    engine_version: str | None
+    backend_version: str | None
+    image: str
+    baseline_arm: str | None
+    tput_ratio: float | None
+    ttft_p90_ratio: float | None
+    slurm_job_id: str | None
+    node: str | None
+    nodes: str | None
+    requests_by_rank: str | None
+    attempt: int | None
+    ended_at: float | None
+    path: Path  # a str in the CSV and JSON
+    repeat: int
+    repeat_mode: str | None
+    avg_gpu_w: float | None
+    gpu_energy_j: float | None
+    j_per_out_tok: float | None
+    j_per_tok: float | None
+    tok_s_per_kw: float | None
+    power_invalid: str | None
+    result: Result = field(repr=False, compare=False, metadata={"column": False})  # the file, parsed
 
-    @property
-    def point_id(self) -> str:
-        return str(self.values["point_id"])
+    def columns(self) -> dict[str, Any]:
+        """The row as summary.json and `collect --json` write it: column -> value, the path as a string."""
+        out = {name: getattr(self, name) for name in CSV_COLUMNS}
+        out["path"] = str(self.path)
+        return out
 
-    @property
-    def valid(self) -> bool:
-        return bool(self.values["valid"])
+    def metric(self, name: str) -> float | None:
+        """A numeric column by name (the repeats' and the comparison's metrics are named by column)."""
+        value: float | None = getattr(self, name)
+        return value
 
 
 @dataclass
@@ -162,13 +217,13 @@ def collect(
             if result is None:
                 sr.skipped.append(Skipped(path, reason or "invalid"))
                 continue
-            row = Row(path, sweep.config_key, sweep.sweep_id, result, flatten(result, path, sweep))
+            row = flatten(result, path, sweep)
             if result.slurmx is not None and result.slurmx.point_id != PointDir(path.parent).point_id:
                 sr.skipped.append(
                     Skipped(path, f"point id {result.slurmx.point_id} in the file does not match its directory")
                 )
                 continue
-            key = (sweep.config_key, row.point_id, row.values["repeat"])
+            key = (sweep.config_key, row.point_id, row.repeat)
             previous = newest.get(key)
             if previous is None or _stamp(row) > _stamp(previous):
                 newest[key] = row
@@ -178,7 +233,7 @@ def collect(
             else:
                 sr.skipped.append(_loser(row, previous))
     for sr in out:
-        add_ratios(sr.rows)
+        sr.rows = add_ratios(sr.rows)
         sr.warnings = version_warnings(sr.rows)
     return Collection(out)
 
@@ -195,18 +250,17 @@ def _stamp(row: Row) -> tuple[bool, float, float]:
 
 def _drop(sweeps: list[SweepResults], old: Row, new: Row) -> None:
     for sr in sweeps:
-        if old in sr.rows:
-            sr.rows.remove(old)
-            sr.skipped.append(_loser(old, new))
-            return
+        for i, row in enumerate(sr.rows):
+            if row is old:  # by identity: rows are values, two files may flatten alike
+                del sr.rows[i]
+                sr.skipped.append(_loser(old, new))
+                return
 
 
 def _loser(row: Row, winner: Row) -> Skipped:
     """Why `row` is not the point's row: the gate refused it while `winner` is valid, or it is older."""
     if not row.valid and winner.valid:
-        return Skipped(
-            row.path, f"fails the validity gate: {row.values['invalid_reason']} (the valid {winner.path} counts)"
-        )
+        return Skipped(row.path, f"fails the validity gate: {row.invalid_reason} (the valid {winner.path} counts)")
     return Skipped(row.path, f"superseded by newer {winner.path}", "superseded")
 
 
@@ -222,105 +276,104 @@ def parallelism(result: Result) -> str:
     return parallelism_label(result.tp, result.ep, dp_attn, result.pp or 1, result.dcp_size or 1, result.pcp_size or 1)
 
 
-def flatten(result: Result, path: Path, sweep: SweepDir) -> dict[str, Any]:
+def flatten(result: Result, path: Path, sweep: SweepDir) -> Row:
     rm = result.request_metrics
     lat = rm.latency
     cache = result.server_metrics.cache
     meta = result.slurmx
     evidence = meta.evidence if meta else None
+    energy = meta.energy if meta else None
     reason = gate.check(result, max_error_rate=gate.threshold_of(result))
-    return {
-        "config_key": meta.config_key if meta and meta.config_key else sweep.config_key,
-        "sweep_id": sweep.sweep_id,
-        "point_id": meta.point_id if meta else path.parent.name,
-        "exp_name": meta.exp_name if meta else "",
-        "parallelism": parallelism(result),
-        "arm": result.backend_name,
-        "spec_decoding": result.spec_decoding,
-        "conc": result.conc,
-        "num_gpus": result.gpus,
-        "tput_per_gpu": rm.throughput.per_gpu.total_tput_tps,
-        "output_tput_per_gpu": rm.throughput.per_gpu.output_tput_tps,
-        "input_tput_per_gpu": rm.throughput.per_gpu.input_tput_tps,
-        "intvty_p50": lat.intvty.p50,
-        "intvty_p90": lat.intvty.p90,
-        "e2e_norm_intvty_p50": lat.e2e_norm_intvty.p50,
-        "e2e_norm_intvty_p90": lat.e2e_norm_intvty.p90,
-        "ttft_p50_s": lat.ttft.p50,
-        "ttft_p90_s": lat.ttft.p90,
-        "e2el_p50_s": lat.e2el.p50,
-        "e2el_p90_s": lat.e2el.p90,
-        "itl_p50_s": lat.itl.p50,
-        "error_rate": result.error_rate,
-        "requests_successful": result.num_requests_successful,
-        "requests_total": result.num_requests_total,
-        "gpu_hit_rate": cache.gpu_cache_hit_rate,
-        "cpu_hit_rate": cache.cpu_cache_hit_rate,
-        "external_hit_rate": cache.external_cache_hit_rate,
-        "overall_hit_rate": cache.overall_cache_hit_rate,
-        "tier_hit_rate": evidence.tier_hit_rate if evidence else None,
-        "tier_side_hit_rate": evidence.tier_side_hit_rate if evidence else None,
-        "tier_tokens": evidence.tier_tokens if evidence else None,
-        "valid": reason is None,
-        "invalid_reason": reason,
-        "labels": ";".join(gate.labels(result)) if reason is None else "",
-        "engine_version": meta.engine_version if meta else None,
-        "backend_version": meta.backend_version if meta else None,
-        "image": result.image,
-        "baseline_arm": None,
-        "tput_ratio": None,
-        "ttft_p90_ratio": None,
-        "slurm_job_id": meta.slurm_job_id if meta else None,
-        "node": meta.node if meta else None,
-        "nodes": ";".join(meta.nodes) if meta and meta.nodes else None,
-        "requests_by_rank": " ".join(f"{r}:{n}" for r, n in meta.requests_by_rank.items())
+    return Row(
+        config_key=meta.config_key if meta and meta.config_key else sweep.config_key,
+        sweep_id=sweep.sweep_id,
+        point_id=meta.point_id if meta else path.parent.name,
+        exp_name=meta.exp_name if meta else "",
+        parallelism=parallelism(result),
+        arm=result.backend_name,
+        spec_decoding=result.spec_decoding,
+        conc=result.conc,
+        num_gpus=result.gpus,
+        tput_per_gpu=rm.throughput.per_gpu.total_tput_tps,
+        output_tput_per_gpu=rm.throughput.per_gpu.output_tput_tps,
+        input_tput_per_gpu=rm.throughput.per_gpu.input_tput_tps,
+        intvty_p50=lat.intvty.p50,
+        intvty_p90=lat.intvty.p90,
+        e2e_norm_intvty_p50=lat.e2e_norm_intvty.p50,
+        e2e_norm_intvty_p90=lat.e2e_norm_intvty.p90,
+        ttft_p50_s=lat.ttft.p50,
+        ttft_p90_s=lat.ttft.p90,
+        e2el_p50_s=lat.e2el.p50,
+        e2el_p90_s=lat.e2el.p90,
+        itl_p50_s=lat.itl.p50,
+        error_rate=result.error_rate,
+        requests_successful=result.num_requests_successful,
+        requests_total=result.num_requests_total,
+        gpu_hit_rate=cache.gpu_cache_hit_rate,
+        cpu_hit_rate=cache.cpu_cache_hit_rate,
+        external_hit_rate=cache.external_cache_hit_rate,
+        overall_hit_rate=cache.overall_cache_hit_rate,
+        tier_hit_rate=evidence.tier_hit_rate if evidence else None,
+        tier_side_hit_rate=evidence.tier_side_hit_rate if evidence else None,
+        tier_tokens=evidence.tier_tokens if evidence else None,
+        valid=reason is None,
+        invalid_reason=reason,
+        labels=";".join(gate.labels(result)) if reason is None else "",
+        engine_version=meta.engine_version if meta else None,
+        backend_version=meta.backend_version if meta else None,
+        image=result.image,
+        baseline_arm=None,
+        tput_ratio=None,
+        ttft_p90_ratio=None,
+        slurm_job_id=meta.slurm_job_id if meta else None,
+        node=meta.node if meta else None,
+        nodes=";".join(meta.nodes) if meta and meta.nodes else None,
+        requests_by_rank=" ".join(f"{r}:{n}" for r, n in meta.requests_by_rank.items())
         if meta and meta.requests_by_rank
         else None,
-        "attempt": meta.attempt if meta else None,
-        "ended_at": meta.ended_at if meta else None,
-        "path": str(path),
-        "repeat": meta.repeat if meta else 1,
-        "repeat_mode": meta.repeat_mode if meta else None,
-        **energy_columns(result),
-    }
-
-
-def energy_columns(result: Result) -> dict[str, Any]:
-    """InferenceX's power fields (only a valid measurement has them) and tokens/s per kW of GPU power."""
-    energy = result.slurmx.energy if result.slurmx else None
-    return {
-        "avg_gpu_w": result.avg_power_w,
-        "gpu_energy_j": result.total_gpu_energy_j,
-        "j_per_out_tok": result.joules_per_output_token,
-        "j_per_tok": result.joules_per_total_token,
-        "tok_s_per_kw": energy.total_tokens_per_s_per_kw if energy and energy.power_valid else None,
-        "power_invalid": ";".join(energy.reasons) if energy and not energy.power_valid else None,
-    }
+        attempt=meta.attempt if meta else None,
+        ended_at=meta.ended_at if meta else None,
+        path=path,
+        repeat=meta.repeat if meta else 1,
+        repeat_mode=meta.repeat_mode if meta else None,
+        # InferenceX's power fields (only a valid measurement has them) and tokens/s per kW of GPU power
+        avg_gpu_w=result.avg_power_w,
+        gpu_energy_j=result.total_gpu_energy_j,
+        j_per_out_tok=result.joules_per_output_token,
+        j_per_tok=result.joules_per_total_token,
+        tok_s_per_kw=energy.total_tokens_per_s_per_kw if energy and energy.power_valid else None,
+        power_invalid=";".join(energy.reasons) if energy and not energy.power_valid else None,
+        result=result,
+    )
 
 
 def _groups(rows: list[Row]) -> dict[tuple[str, int], list[Row]]:
     groups: dict[tuple[str, int], list[Row]] = {}
     for row in rows:
-        groups.setdefault((row.values["parallelism"], row.values["conc"]), []).append(row)
+        groups.setdefault((row.parallelism, row.conc), []).append(row)
     return groups
 
 
-def add_ratios(rows: list[Row]) -> None:
-    """Where arms share a parallelism and concurrency: throughput and TTFT p90 over the baseline arm's
-    (the no-offload arm, else the first arm in table order). Valid rows only: an invalid row has no
-    ratio and is never a baseline."""
-    groups = _groups([r for r in rows if r.valid])
-    for members in groups.values():
-        arms = sorted({r.values["arm"] for r in members}, key=arm_order)
+def add_ratios(rows: list[Row]) -> list[Row]:
+    """`rows`, in order, where arms share a parallelism and concurrency given throughput and TTFT p90 over
+    the baseline arm's (the no-offload arm, else the first arm in table order). Valid rows only: an invalid
+    row has no ratio and is never a baseline."""
+    ratioed: dict[int, Row] = {}  # id(row) -> the row with its ratios
+    for members in _groups([r for r in rows if r.valid]).values():
+        arms = sorted({r.arm for r in members}, key=arm_order)
         if len(arms) < 2:
             continue
         base_arm = arms[0]
-        bases = {r.values["repeat"]: r for r in members if r.values["arm"] == base_arm}
+        bases = {r.repeat: r for r in members if r.arm == base_arm}
         for row in members:
-            base = bases.get(row.values["repeat"]) or next(iter(bases.values()))  # the same repeat where it ran
-            row.values["baseline_arm"] = base_arm
-            row.values["tput_ratio"] = _ratio(row.values["tput_per_gpu"], base.values["tput_per_gpu"])
-            row.values["ttft_p90_ratio"] = _ratio(row.values["ttft_p90_s"], base.values["ttft_p90_s"])
+            base = bases.get(row.repeat) or next(iter(bases.values()))  # the same repeat where it ran
+            ratioed[id(row)] = replace(
+                row,
+                baseline_arm=base_arm,
+                tput_ratio=_ratio(row.tput_per_gpu, base.tput_per_gpu),
+                ttft_p90_ratio=_ratio(row.ttft_p90_s, base.ttft_p90_s),
+            )
+    return [ratioed.get(id(row), row) for row in rows]
 
 
 def version_warnings(rows: list[Row]) -> list[str]:
@@ -328,7 +381,7 @@ def version_warnings(rows: list[Row]) -> list[str]:
     out = []
     for (par, conc), members in sorted(_groups(rows).items()):
         for what in ("engine_version", "image"):
-            seen = {f"{r.values['arm']}={r.values[what]}" for r in members if r.values[what]}
+            seen = {f"{r.arm}={getattr(r, what)}" for r in members if getattr(r, what)}
             if len({item.split("=", 1)[1] for item in seen}) > 1:
                 out.append(
                     f"{par} conc {conc}: arms ran different {what.replace('_', ' ')}s ({', '.join(sorted(seen))})"
@@ -347,26 +400,13 @@ def _ratio(value: float | None, base: float | None) -> float | None:
 
 
 def sorted_rows(rows: Iterable[Row]) -> list[Row]:
-    return sorted(
-        rows,
-        key=lambda r: (r.values["config_key"], r.values["parallelism"], arm_order(r.values["arm"]), r.values["conc"]),
-    )
+    return sorted(rows, key=lambda r: (r.config_key, r.parallelism, arm_order(r.arm), r.conc))
 
 
 # ---------------------------------------------------------------- writing
 
-CSV_COLUMNS = (
-    "config_key", "sweep_id", "point_id", "exp_name", "parallelism", "arm", "spec_decoding", "conc",
-    "num_gpus", "tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu", "intvty_p50", "intvty_p90",
-    "e2e_norm_intvty_p50", "e2e_norm_intvty_p90", "ttft_p50_s", "ttft_p90_s", "e2el_p50_s", "e2el_p90_s",
-    "itl_p50_s", "error_rate", "requests_successful", "requests_total", "gpu_hit_rate", "cpu_hit_rate",
-    "external_hit_rate", "overall_hit_rate", "tier_hit_rate", "tier_side_hit_rate", "tier_tokens", "valid",
-    "invalid_reason", "labels", "engine_version", "backend_version", "image", "baseline_arm", "tput_ratio",
-    "ttft_p90_ratio",
-    "slurm_job_id", "node", "nodes", "requests_by_rank", "attempt", "ended_at", "path",
-    "repeat", "repeat_mode",
-    "avg_gpu_w", "gpu_energy_j", "j_per_out_tok", "j_per_tok", "tok_s_per_kw", "power_invalid",
-)  # fmt: skip
+# summary.csv's columns: Row's fields, in order, less the parsed result
+CSV_COLUMNS = tuple(f.name for f in fields(Row) if f.metadata.get("column", True))
 
 
 def csv_text(rows: Iterable[Row]) -> str:
@@ -374,7 +414,7 @@ def csv_text(rows: Iterable[Row]) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "" if row.values.get(k) is None else row.values[k] for k in CSV_COLUMNS})
+        writer.writerow({k: "" if v is None else v for k, v in row.columns().items()})
     return buffer.getvalue()
 
 
@@ -383,7 +423,7 @@ def summary_json(sr: SweepResults) -> dict[str, Any]:
         "config_key": sr.sweep.config_key,
         "sweep_id": sr.sweep.sweep_id,
         "collected_at": time.time(),
-        "rows": [r.values for r in sorted_rows(sr.rows)],
+        "rows": [r.columns() for r in sorted_rows(sr.rows)],
         "skipped": [s.json() for s in sr.skipped],
         "warnings": sr.warnings,
     }

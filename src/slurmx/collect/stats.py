@@ -116,8 +116,13 @@ class Estimate:
         return f"{format(self.mean, spec)} ±{pct:.1f}%" if pct is not None else format(self.mean, spec)
 
     def json(self) -> dict[str, float | int | None]:
-        return {"mean": self.mean, "n": self.n, "ci95_lo": self.lo, "ci95_hi": self.hi,
-                "ci95_half_width_pct": self.half_width_pct}  # fmt: skip
+        return {
+            "mean": self.mean,
+            "n": self.n,
+            "ci95_lo": self.lo,
+            "ci95_hi": self.hi,
+            "ci95_half_width_pct": self.half_width_pct,
+        }
 
 
 def mean_interval(values: list[float], level: float = LEVEL) -> Estimate:
@@ -171,8 +176,14 @@ class Ratio:
         return f"{core} within noise" if self.within_noise else core
 
     def json(self) -> dict[str, float | int | bool | None]:
-        return {"ratio": self.value, "n": self.n, "paired": self.paired, "ci95_lo": self.lo, "ci95_hi": self.hi,
-                "within_noise": self.within_noise if self.has_interval else None}  # fmt: skip
+        return {
+            "ratio": self.value,
+            "n": self.n,
+            "paired": self.paired,
+            "ci95_lo": self.lo,
+            "ci95_hi": self.hi,
+            "within_noise": self.within_noise if self.has_interval else None,
+        }
 
 
 def ratio_paired(a: list[float], b: list[float], level: float = LEVEL) -> Ratio | None:

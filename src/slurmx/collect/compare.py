@@ -11,19 +11,19 @@ repeats on either side there is no measured noise, and a change within the toler
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from slurmx.collect import collect as col
+from slurmx.collect.repeats import METRICS, Metric, PointAggregate, aggregate
+from slurmx.collect.repeats import ratio as aggregate_ratio
+from slurmx.collect.stats import Estimate, Ratio, Verdict
 from slurmx.errors import UserError
-from slurmx.results import collect as col
 from slurmx.results import gate
-from slurmx.results.repeats import METRICS, Metric, PointAggregate, aggregate
-from slurmx.results.repeats import ratio as aggregate_ratio
 from slurmx.results.schema import Result
-from slurmx.results.stats import Estimate, Ratio, Verdict
 from slurmx.store.targets import find_sweeps
 from slurmx.store.tree import ResultsTree, SweepDir
 
@@ -43,7 +43,7 @@ def identity(result: Result) -> Identity:
 
 def describe(agg: PointAggregate) -> str:
     v, r = agg.first, agg.result
-    return f"{r.infmax_model_prefix} {r.precision} {r.hw} {v['parallelism']} {v['arm']} conc {v['conc']}"
+    return f"{r.infmax_model_prefix} {r.precision} {r.hw} {v.parallelism} {v.arm} conc {v.conc}"
 
 
 def parse_threshold(text: str) -> float:
@@ -125,11 +125,12 @@ def inferencex_rows(path: Path) -> list[col.Row]:
         reason = gate.check(result, max_error_rate=gate.threshold_of(result))
         if reason is not None:
             continue
-        values = col.flatten(result, path, fake_sweep)
         key = identity(result)
         seen[key] = seen.get(key, 0) + 1
-        values.update(config_key=path.name, point_id=f"{path.name}[{index}]", repeat=seen[key], repeat_mode=None)
-        rows.append(col.Row(path, path.name, path.stem, result, values))
+        row = col.flatten(result, path, fake_sweep)
+        rows.append(
+            replace(row, config_key=path.name, point_id=f"{path.name}[{index}]", repeat=seen[key], repeat_mode=None)
+        )
     return rows
 
 
@@ -199,8 +200,10 @@ class Comparison:
 
     def summary_line(self) -> str:
         counts = self.counts()
-        parts = [f"{len(self.points)} matched point(s): {counts['better']} better, {counts['worse']} worse, "
-                 f"{counts['within noise']} within noise"]  # fmt: skip
+        parts = [
+            f"{len(self.points)} matched point(s): {counts['better']} better, {counts['worse']} worse, "
+            f"{counts['within noise']} within noise"
+        ]
         if self.only_current or self.only_baseline:
             parts.append(f"{len(self.only_current)} only here, {len(self.only_baseline)} only in the baseline")
         if self.threshold is not None:
@@ -216,13 +219,13 @@ class Comparison:
             "points": [
                 {
                     "point": describe(p.current),
-                    "point_id": p.current.first["point_id"],
-                    "baseline_point_id": p.baseline.first["point_id"],
+                    "point_id": p.current.first.point_id,
+                    "baseline_point_id": p.baseline.first.point_id,
                     "verdict": p.verdict,
                     "changes": [c.json() for c in p.changes],
                 }
                 for p in self.points
-            ],  # fmt: skip
+            ],
             "only_current": [describe(a) for a in self.only_current],
             "only_baseline": [describe(a) for a in self.only_baseline],
             "regressions": [

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from slurmx.results.stats import mean_interval, ratio_paired, ratio_unpaired, t_cdf, t_quantile
+from slurmx.collect.stats import mean_interval, ratio_paired, ratio_unpaired, t_cdf, t_quantile
 
 # t(0.975, df) from any table (and scipy.stats.t.ppf)
 T_975 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105, 9: 2.262157163, 30: 2.042272456}

@@ -1,0 +1,111 @@
+"""What `slurmx collect` writes beside each sweep once the rows are read: summary.csv/.json (and InferenceX's
+agg_<key>.json), the plots, each point's repeats aggregated into aggregates.json, the comparison against
+--compare's baseline, and report.html. `commands/collect.py` only parses and prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurmx.collect import collect as col
+from slurmx.collect.compare import Baseline, Comparison, compare
+from slurmx.collect.repeats import PointAggregate, aggregate
+from slurmx.store import atomic
+
+
+def write_summaries(collection: col.Collection, written: list[Path], *, inferencex: bool) -> None:
+    """summary.csv and summary.json beside each sweep with anything collected (and agg_<key>.json)."""
+    for sr in collection.sweeps:
+        if not sr.rows and not sr.skipped:
+            continue
+        col.write_summaries(sr)
+        written += [sr.sweep.summary_csv, sr.sweep.summary_json]
+        if inferencex:
+            path = col.inferencex_path(sr.sweep)
+            atomic.write_json(path, col.inferencex_list(sr.rows))
+            written.append(path)
+
+
+def write_plots(collection: col.Collection, written: list[Path]) -> str | None:
+    """Each sweep's plots of its valid rows, unless drawn from these very files already; a note without
+    matplotlib."""
+    from slurmx.collect import plots
+
+    if not plots.available():
+        return "plots skipped: matplotlib is not installed (pip install 'slurmx[plots]')"
+    for sr in collection.sweeps:
+        inputs = [r.path for r in sr.rows] + [s.path for s in sr.skipped]
+        if sr.rows and not plots.up_to_date(sr.sweep.plots, inputs):
+            title = f"{sr.sweep.config_key}  (sweep {sr.sweep.sweep_id}, {len(sr.rows)} points)"
+            valid = [r for r in sr.rows if r.valid]  # an invalid point's figures are not data
+            written += plots.write_sweep_plots(valid, sr.sweep.plots, title, inputs)
+    return None
+
+
+@dataclass
+class Extras:
+    aggregates: dict[Path, list[PointAggregate]] = field(default_factory=dict)  # sweep path -> its points
+    comparison: Comparison | None = None
+    report_note: str | None = None
+
+    @property
+    def all(self) -> list[PointAggregate]:
+        return [a for aggs in self.aggregates.values() for a in aggs]
+
+    @property
+    def regressed(self) -> bool:
+        return self.comparison is not None and bool(self.comparison.regressions())
+
+    def json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"aggregates": [a.json() for a in self.all]}
+        if self.comparison is not None:
+            out["comparison"] = self.comparison.json()
+        if self.report_note:
+            out["report_note"] = self.report_note
+        return out
+
+
+def finish(
+    collection: col.Collection,
+    written: list[Path],
+    baseline: Baseline | None,
+    threshold: float | None,
+    *,
+    report: bool,
+    write: bool = True,
+) -> Extras:
+    """Aggregate each sweep's repeats, compare with the baseline, write aggregates.json and report.html
+    (nothing is written with write=False: a read-only tree still gets the comparison)."""
+    extras = Extras()
+    for sr in collection.sweeps:
+        if sr.rows:
+            extras.aggregates[sr.sweep.path] = aggregate(sr.rows)
+    if baseline is not None:
+        extras.comparison = compare(extras.all, baseline, threshold)
+    for sr in collection.sweeps if write else []:
+        aggs = extras.aggregates.get(sr.sweep.path, [])
+        if not sr.rows and not sr.skipped:
+            continue
+        atomic.write_json(
+            sr.sweep.aggregates_json,
+            {"config_key": sr.sweep.config_key, "sweep_id": sr.sweep.sweep_id, "points": [a.json() for a in aggs]},
+        )
+        written.append(sr.sweep.aggregates_json)
+    if report:
+        extras.report_note = _reports(collection, extras, written)
+    return extras
+
+
+def _reports(collection: col.Collection, extras: Extras, written: list[Path]) -> str | None:
+    from slurmx.collect import report
+
+    if not report.available():
+        return "report.html skipped: jinja2 or matplotlib is not installed (pip install 'slurmx[report]')"
+    for sr in collection.sweeps:
+        if not sr.rows and not sr.skipped:
+            continue
+        html = report.render(sr, extras.aggregates.get(sr.sweep.path, []), extras.comparison)
+        report.write_report(sr.sweep, html)
+        written.append(sr.sweep.report_html)
+    return None
