@@ -1,4 +1,4 @@
-"""The Dynamo vLLM disaggregated key's processes (node/disagg.py): built as argv, rendered by `slurmx render`,
+"""The Dynamo vLLM disaggregated key's processes (submit/disagg.py, the workers from engines.DISAGG_WORKERS): built as argv, rendered by `slurmx render`,
 kept in tests/golden/, and refused by submit with the reason (KV transfer needs GPUs and RDMA)."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import re
 
 import pytest
 
+from slurmx import engines
 from slurmx.commands.common import load_points
 from slurmx.config.master import WorkerSpec
 from slurmx.errors import UserError
-from slurmx.node import disagg
+from slurmx.submit import disagg
 from slurmx.submit.resolved import check_submittable
 from tests.helpers.golden import _DefaultInputs, golden_path
 
@@ -23,14 +24,16 @@ def _points(text: str) -> dict[str, str]:
 
 
 def test_worker_argv_names_its_role_parallelism_and_connector() -> None:
+    workers = engines.disagg_workers("dynamo-vllm")
+    assert workers is not None
     dep4 = WorkerSpec(num_worker=1, tp=4, ep=4, dp_attn=True)
-    argv = disagg.worker_argv("prefill", dep4, "/models/m", "org/m", "nixl")
+    argv = workers.worker_argv("prefill", dep4, "/models/m", "org/m", "nixl")
     assert argv[:3] == ["python3", "-m", "dynamo.vllm"]
     assert argv[argv.index("--disaggregation-mode") + 1] == "prefill"
     assert "--tensor-parallel-size 1 --data-parallel-size 4 --enable-expert-parallel" in " ".join(argv)
     assert argv[-2:] == ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
     tp4 = WorkerSpec(num_worker=6, tp=4, ep=1, dp_attn=False)
-    tp4_argv = disagg.worker_argv("decode", tp4, "/models/m", "org/m", "nixl")
+    tp4_argv = workers.worker_argv("decode", tp4, "/models/m", "org/m", "nixl")
     assert tp4_argv[tp4_argv.index("--disaggregation-mode") + 2 : -2] == ["--tensor-parallel-size", "4"]
     assert disagg.frontend_argv(8888, kv_routing=True)[-2:] == ["--router-mode", "kv"]
     assert "--router-mode" not in disagg.frontend_argv(8888, kv_routing=False)

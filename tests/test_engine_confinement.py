@@ -14,8 +14,6 @@ ALLOWED = {
     "engines/__init__.py",  # the registry registers it
     "backends/__init__.py",  # the registry registers vllm_simple
     "backends/vllm_simple.py",  # vLLM's own CPU offload connector
-    # Dynamo's vLLM workers, rendered only; the module moves into submit/render.py (issue 21, another part)
-    "node/disagg.py",
 }
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmx.commands.render import point_processes
 from slurmx.inputs import load_inputs
 from slurmx.node import provision
 from slurmx.runtimes import runtime_for
+from slurmx.submit.render import point_processes
 from slurmx.submit.resolved import Resolved, resolve_points
 from tests.conftest import FIXTURES
 from tests.helpers.upstream_capture import SEED_UPSTREAM, Capture, capture

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from slurmx.commands.common import load_points
-from slurmx.commands.render import render_key
+from slurmx.submit.render import render_key
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 KEYS = (

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from slurmx.engines.base import Engine, EngineMetrics, KvOffload, KvPoolLog, NodePart, RecipeProblem, RecipeSizing
+from slurmx.engines.base import (
+    DisaggWorkers,
+    Engine,
+    EngineMetrics,
+    KvOffload,
+    KvPoolLog,
+    NodePart,
+    RecipeProblem,
+    RecipeSizing,
+)
+from slurmx.engines.vllm import DYNAMO_WORKERS
 from slurmx.engines.vllm import ENGINE as VLLM_ENGINE
 from slurmx.errors import UserError
 
@@ -23,6 +33,14 @@ def default() -> Engine:
     return REGISTRY[DEFAULT]
 
 
+# disaggregated frameworks' workers, by framework: rendered for review only
+DISAGG_WORKERS: dict[str, DisaggWorkers] = {DYNAMO_WORKERS.framework: DYNAMO_WORKERS}
+
+
+def disagg_workers(framework: str) -> DisaggWorkers | None:
+    return DISAGG_WORKERS.get(framework)
+
+
 def get(name: str) -> Engine:
     try:
         return REGISTRY[name]
@@ -31,6 +49,6 @@ def get(name: str) -> Engine:
 
 
 __all__ = [
-    "DEFAULT", "REGISTRY", "Engine", "EngineMetrics", "KvOffload", "KvPoolLog", "NodePart", "RecipeProblem",
-    "RecipeSizing", "default", "get", "register",
+    "DEFAULT", "DISAGG_WORKERS", "REGISTRY", "DisaggWorkers", "Engine", "EngineMetrics", "KvOffload", "KvPoolLog", "NodePart", "RecipeProblem",
+    "RecipeSizing", "default", "disagg_workers", "get", "register",
 ]  # fmt: skip

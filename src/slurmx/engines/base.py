@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from slurmx.config.master import WorkerSpec
 from slurmx.flags import Flags
 from slurmx.plan import Point
 
@@ -162,3 +163,17 @@ class Engine(Protocol):
     def cache_reset_hint(self) -> str:
         """What a failed cache reset usually means for this engine (appended to the point's failure)."""
         ...
+
+
+class DisaggWorkers(Protocol):
+    """A disaggregated framework's prefill/decode worker processes (rendered for review, never started):
+    what its worker runs and the KV-transfer connectors it names, by the config's kv-p2p-transfer."""
+
+    framework: str  # the master config's framework, e.g. a Dynamo flavour
+    kv_connectors: Mapping[str, str]  # kv-p2p-transfer -> the connector both sides load
+
+    def worker_argv(
+        self, role: str, worker: WorkerSpec, model_path: str, served_model_name: str, kv: str
+    ) -> list[str]: ...
+
+    def worker_env(self, node_address: str) -> dict[str, str]: ...

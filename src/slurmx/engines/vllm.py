@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
+from slurmx.config.master import WorkerSpec
 from slurmx.engines.base import EngineMetrics, KvOffload, KvPoolLog, NodePart, RecipeProblem, RecipeSizing
-from slurmx.flags import Flags
+from slurmx.flags import Flags, render_flags
 from slurmx.plan import Point
 
 TRANSFER_FLAG = "--kv-transfer-config"
@@ -215,3 +218,32 @@ def server_parallel_flags(tp: int, ep: int, dp_attn: bool, pp: int = 1, dcp_size
     if dcp_size > 1:
         flags += ["--decode-context-parallel-size", str(dcp_size)]
     return flags
+
+
+class DynamoVllmWorkers:
+    """Dynamo's vLLM workers of a disaggregated point (`python -m dynamo.vllm --disaggregation-mode ...`,
+    Dynamo vLLM backend docs), with vLLM's own engine flags and its NIXL connector; rendered, never started."""
+
+    framework: str = "dynamo-vllm"
+    kv_connectors: Mapping[str, str] = MappingProxyType({"nixl": "NixlConnector"})
+    nixl_side_channel_port = 5600  # vLLM NixlConnector's handshake port (VLLM_NIXL_SIDE_CHANNEL_PORT)
+
+    def worker_argv(self, role: str, worker: WorkerSpec, model_path: str, served_model_name: str, kv: str) -> list[str]:
+        # each side's role is Dynamo's --disaggregation-mode; both load the same connector
+        transfer: dict[str, object] = {"kv_connector": self.kv_connectors[kv], "kv_role": "kv_both"}
+        return [
+            "python3", "-m", "dynamo.vllm",
+            "--model", model_path, "--served-model-name", served_model_name,
+            "--disaggregation-mode", role,
+            *server_parallel_flags(worker.tp, worker.ep, worker.dp_attn, worker.pp, worker.dcp_size),
+            *render_flags({TRANSFER_FLAG: transfer}),
+        ]  # fmt: skip
+
+    def worker_env(self, node_address: str) -> dict[str, str]:
+        return {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": node_address,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.nixl_side_channel_port),
+        }
+
+
+DYNAMO_WORKERS = DynamoVllmWorkers()

@@ -9,7 +9,6 @@ from slurmx.config.clusters import ClusterProfile
 from slurmx.engines import Engine
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
-from slurmx.node import disagg
 from slurmx.node.preflight import memory_margin_bytes
 from slurmx.plan import Point, node_layout, server_gpus
 from slurmx.recipes.resolve import implementation, resolve
@@ -17,6 +16,7 @@ from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
 from slurmx.slurm.request import SlurmRequest, slurm_request
 from slurmx.store.ledger import PointRecord, RepeatMode, labels_of
+from slurmx.submit.disagg import WHY_NOT_SUBMITTED
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def is_disaggregated(p: Point) -> bool:
 def why_not_submittable(p: Point) -> str | None:
     """What slurmx cannot run of this point yet (it still plans and renders it), or None."""
     if is_disaggregated(p):
-        return f"disaggregated multinode points cannot be submitted yet: {disagg.WHY_NOT_SUBMITTED}"
+        return f"disaggregated multinode points cannot be submitted yet: {WHY_NOT_SUBMITTED}"
     if p.scenario != "agentic-coding":
         return f"{p.scenario} points cannot be submitted yet (agentic-coding only)"
     return None

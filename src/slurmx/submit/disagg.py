@@ -1,15 +1,13 @@
-"""The processes of a disaggregated Dynamo vLLM point, as argv: rendered for review, never started.
+"""The processes of a disaggregated Dynamo point, as argv: rendered for review, never started.
 
 KV transfer between prefill and decode workers (NIXL over RDMA, GPU memory to GPU memory) needs GPUs and
 RDMA NICs; the CPU build has neither, so `submit` refuses these points and `render` prints what they would
 start. Node 0 carries Dynamo's control plane (etcd for discovery, NATS for events) and the frontend the
 replay talks to; prefill workers fill the first nodes, decode workers the following ones.
 
-Flag names are Dynamo's and vLLM's documented ones: `python -m dynamo.frontend --http-port`, `--router-mode
-kv` (Dynamo frontend configuration reference), `python -m dynamo.vllm --disaggregation-mode prefill|decode`
-with vLLM's own engine flags and `--kv-transfer-config` naming NixlConnector (Dynamo vLLM backend docs),
-`ETCD_ENDPOINTS` / `NATS_SERVER` for discovery and events, `VLLM_NIXL_SIDE_CHANNEL_HOST/PORT` for the
-NIXL handshake (vLLM's NixlConnector).
+Flag names are Dynamo's documented ones: `python -m dynamo.frontend --http-port`, `--router-mode kv`
+(Dynamo frontend configuration reference), `ETCD_ENDPOINTS` / `NATS_SERVER` for discovery and events. The
+workers' own argv and env are their engine's (`engines.DISAGG_WORKERS`, by framework).
 """
 
 from __future__ import annotations
@@ -17,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slurmx import engines
 from slurmx.config.master import WorkerSpec
-from slurmx.engines.vllm import server_parallel_flags
-from slurmx.flags import render_flags
+from slurmx.engines import DisaggWorkers
 from slurmx.plan import Point, server_gpus
 from slurmx.process import COMMON_ENV, Process, loopback
 from slurmx.runtimes import Runtime
@@ -30,11 +28,8 @@ Role = Literal["prefill", "decode"]
 FRONTEND_PORT = 8888
 ETCD_PORT = 2379
 NATS_PORT = 4222
-NIXL_SIDE_CHANNEL_PORT = 5600
 HEAD_ADDRESS = "$HEAD_ADDRESS"  # node 0's address, read on the node at run time
 NODE_ADDRESS = "$NODE_ADDRESS"  # this node's own address
-# the point's kv-p2p-transfer field -> vLLM's connector for it
-KV_CONNECTORS = {"nixl": "NixlConnector"}
 
 WHY_NOT_SUBMITTED = (
     "KV transfer between prefill and decode workers (NIXL over RDMA, GPU to GPU) needs GPUs and RDMA NICs; "
@@ -52,10 +47,12 @@ class Placed:
 
 def why_not_rendered(point: Point, gpus_per_node: int) -> str | None:
     """What keeps a disaggregated point's processes from being rendered here, or None."""
-    if point.framework != "dynamo-vllm":
-        return f"framework {point.framework}: only dynamo-vllm disaggregated points are rendered"
-    if point.kv_p2p_transfer not in KV_CONNECTORS:
-        return f"kv-p2p-transfer {point.kv_p2p_transfer}: only {', '.join(KV_CONNECTORS)} is rendered"
+    workers = engines.disagg_workers(point.framework)
+    if workers is None:
+        have = ", ".join(sorted(engines.DISAGG_WORKERS))
+        return f"framework {point.framework}: only {have} disaggregated points are rendered"
+    if point.kv_p2p_transfer not in workers.kv_connectors:
+        return f"kv-p2p-transfer {point.kv_p2p_transfer}: only {', '.join(workers.kv_connectors)} is rendered"
     for role, worker in (("prefill", point.prefill), ("decode", point.decode)):
         assert worker is not None
         if worker.num_worker and server_gpus(worker.tp, worker.pp, worker.pcp_size) > gpus_per_node:
@@ -64,11 +61,6 @@ def why_not_rendered(point: Point, gpus_per_node: int) -> str | None:
                 f"over gpus-per-node={gpus_per_node}); slurmx renders workers within one node"
             )
     return None
-
-
-def kv_transfer_config(kind: str) -> dict[str, object]:
-    """The connector both sides load; each side's role is Dynamo's --disaggregation-mode."""
-    return {"kv_connector": KV_CONNECTORS[kind], "kv_role": "kv_both"}
 
 
 def control_plane_env() -> dict[str, str]:
@@ -90,23 +82,8 @@ def frontend_argv(port: int, kv_routing: bool) -> list[str]:
     return argv + (["--router-mode", "kv"] if kv_routing else [])
 
 
-def worker_argv(role: Role, worker: WorkerSpec, model_path: str, served_model_name: str, kv: str) -> list[str]:
-    return [
-        "python3", "-m", "dynamo.vllm",
-        "--model", model_path, "--served-model-name", served_model_name,
-        "--disaggregation-mode", role,
-        *server_parallel_flags(worker.tp, worker.ep, worker.dp_attn, worker.pp, worker.dcp_size),
-        *render_flags({"--kv-transfer-config": kv_transfer_config(kv)}),
-    ]  # fmt: skip
-
-
-def worker_env() -> dict[str, str]:
-    return {
-        **COMMON_ENV,
-        **control_plane_env(),
-        "VLLM_NIXL_SIDE_CHANNEL_HOST": NODE_ADDRESS,
-        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(NIXL_SIDE_CHANNEL_PORT),
-    }
+def worker_env(workers: DisaggWorkers) -> dict[str, str]:
+    return {**COMMON_ENV, **control_plane_env(), **workers.worker_env(NODE_ADDRESS)}
 
 
 def _workers(worker: WorkerSpec, first_node: int, gpus_per_node: int) -> list[tuple[int, int]]:
@@ -119,6 +96,8 @@ def disagg_processes(point: Point, gpus_per_node: int, runtime: Runtime) -> list
     """Every process of the point by node, in start order: control plane and frontend on node 0, then the
     prefill workers, then the decode workers (each on nodes of its side's own)."""
     assert point.prefill is not None and point.decode is not None and point.kv_p2p_transfer is not None
+    workers = engines.disagg_workers(point.framework)
+    assert workers is not None, "why_not_rendered said it renders"
     model = runtime.model_path(point.model)
     kv_routing = point.router is not None and point.router.name == "dynamo-router"
     frontend_env = {**COMMON_ENV, **control_plane_env()}
@@ -133,8 +112,8 @@ def disagg_processes(point: Point, gpus_per_node: int, runtime: Runtime) -> list
     for role, worker in sides:
         slots = _workers(worker, first, gpus_per_node)
         for number, (node, _) in enumerate(slots):
-            argv = worker_argv(role, worker, model, point.model, point.kv_p2p_transfer)
+            argv = workers.worker_argv(role, worker, model, point.model, point.kv_p2p_transfer)
             name = f"{role}-{number}"
-            placed.append(Placed(node, Process(name, runtime.wrap(argv, name), worker_env())))
+            placed.append(Placed(node, Process(name, runtime.wrap(argv, name), worker_env(workers))))
         first = (slots[-1][0] + 1) if slots else first
     return placed
