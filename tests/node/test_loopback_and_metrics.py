@@ -21,6 +21,7 @@ from slurmx.node.supervisor import probe
 from slurmx.process import ServerPorts
 from slurmx.results.aggregate import ReplayWindow
 from slurmx.store.ledger import queue_point
+from slurmx.store.lockfile import NodeLock
 from slurmx.store.state import read_state
 from slurmx.store.tree import ResultsTree
 from slurmx.submit.resolved import resolve_points
@@ -93,7 +94,8 @@ def test_unparsable_metrics_scrape_fails_the_point_with_the_reason(tmp_path: Pat
     shutil.copytree(SAMPLE, point.aiperf)
     member = Member(point, record, StageRecorder(point))
     assert record.serving is not None
-    servers = Servers(plan=None, ports=ServerPorts(engine=1), processes=[], spec=record.serving)  # type: ignore[arg-type]  # aggregate reads only processes
+    lock = NodeLock(image=item.point.image, runtime="venv", node="node01", slurmx_version="test")
+    servers = Servers(plan=None, ports=ServerPorts(engine=1), processes=[], spec=record.serving, lock=lock)  # type: ignore[arg-type]  # aggregate reads only processes
     good = (SAMPLE / "engine_metrics_after.prom").read_text()
     window = ReplayWindow(
         1.0, 2.0, engine_metrics_before='vllm:prompt_tokens_total{model="tiny 12\n', engine_metrics_after=good

@@ -12,6 +12,7 @@ import pytest
 from slurmx.node.numa import read_numa_nodes
 from slurmx.results import gate
 from slurmx.results.schema import Result
+from slurmx.store.lockfile import read_lock
 from tests.stack.conftest import ROOT, STACK, StackEnv, job_processes
 
 pytestmark = pytest.mark.stack
@@ -107,6 +108,7 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
     for point in status:
         pdir = sweep / "points" / point["point_id"]
         lock = json.loads((pdir / "lock.json").read_text())
+        assert read_lock(pdir / "lock.json").model_dump(mode="json") == lock  # the typed record reads it whole
         assert lock["versions"]["engine"] == engine_pip and lock["versions"]["aiperf"] == aiperf_pip
         assert {"engine", "replay"} <= set(lock["processes"]) and lock["node"] == point["node"]
         steps = {row["step"]: row["result"] for row in lock["provision"]}

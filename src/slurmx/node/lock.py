@@ -22,7 +22,8 @@ from slurmx.node.identity import node_name
 from slurmx.node.supervisor import Supervisor
 from slurmx.process import COMMON_ENV, Process
 from slurmx.runtimes import Runtime
-from slurmx.store import atomic
+from slurmx.store import lockfile
+from slurmx.store.lockfile import LockFile, NodeLock, ProcessDigest, Versions
 
 AIPERF_DISTRIBUTIONS = ("aiperf",)
 PROBE_TIMEOUT_S = 120.0
@@ -107,20 +108,23 @@ def process_digests(processes: list[Process]) -> dict[str, dict[str, str]]:
 
 def node_lock(
     image: str, runtime: Runtime, engine_versions: dict[str, str], aiperf_versions: dict[str, str], gpus: list[str]
-) -> dict[str, Any]:
-    """What a server group ran with (the part shared by its points)."""
-    return {
-        "image": image,
-        "image_digest": image_digest(image),
-        "runtime": runtime.kind,
-        "versions": {"engine": engine_versions, "aiperf": aiperf_versions},
-        "node": node_name(),
-        "gpu_models": gpus,
-        "cuda_visible_devices": os.environ.get(VISIBLE_ENV),
-        "slurmx_version": __version__,
-    }
+) -> NodeLock:
+    """What a server group ran with (the part shared by its points); NUMA and provisioning are added by the
+    body once they ran."""
+    return NodeLock(
+        image=image,
+        image_digest=image_digest(image),
+        runtime=runtime.kind,
+        versions=Versions(engine=engine_versions, aiperf=aiperf_versions),
+        node=node_name(),
+        gpu_models=gpus,
+        cuda_visible_devices=os.environ.get(VISIBLE_ENV),
+        slurmx_version=__version__,
+    )
 
 
-def write_lock(path: Path, point_id: str, shared: dict[str, Any], processes: list[Process]) -> None:
-    lock = {"point_id": point_id, "written_at": time.time(), **shared, "processes": process_digests(processes)}
-    atomic.write_json(path, lock)
+def write_lock(path: Path, point_id: str, shared: NodeLock, processes: list[Process]) -> None:
+    digests = {name: ProcessDigest(**d) for name, d in process_digests(processes).items()}
+    lockfile.write_lock(
+        path, LockFile(**shared.model_dump(), point_id=point_id, written_at=time.time(), processes=digests)
+    )

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from slurmx.results.evidence import ArmInputs, log_failures
 from slurmx.results.schema import Result
 from slurmx.runtimes import Runtime, runtime_for
 from slurmx.store.ledger import PointRecord
+from slurmx.store.lockfile import NodeLock, ProvisionStep
 from slurmx.store.tree import COMMANDS, LOGS, TEARDOWN_REPLAY_JSON, PointDir
 
 REPLAY_GRACE_S = 900  # on top of the replay's own duration, for aiperf's start-up and drain
@@ -79,7 +80,7 @@ class Servers:
     ports: ServerPorts
     processes: list[Managed]
     spec: ServingSpec
-    lock: dict[str, Any] = field(default_factory=dict)  # lock.json's part shared by the group's points
+    lock: NodeLock  # lock.json's part shared by the group's points
     telemetry_dir: Path | None = None  # the GPU sampler's files, for the whole group
     peers: Rendezvous | None = None  # a multinode point's other nodes
 
@@ -157,11 +158,13 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
         others = this_task().count - 1
         if (why := peers.await_peers(others, "running", spec.startup_timeout_s)) is not None:
             raise PointFailed(f"multinode deployment not ready: {why}")
-    lock = {**what_ran(first, runtime, supervisor), "numa": numa_record, "provision": provisioned.record}
+    lock = what_ran(first, runtime, supervisor).model_copy(
+        update={"numa": numa_record, "provision": [ProvisionStep(**step) for step in provisioned.record]}
+    )
     return Servers(plan, ports, started, spec, lock, telemetry_dir, peers)
 
 
-def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> dict[str, Any]:
+def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> NodeLock:
     """The lock's shared part: versions read by each environment's own interpreter, GPUs, node."""
     distributions = run_lock.engine_distributions(engines.get(first.spec.engine))
     engine = run_lock.probe_versions(supervisor, runtime, "versions-engine", runtime.engine_python, distributions)
@@ -328,11 +331,11 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
         telemetry_dir=servers.telemetry_dir,
     )
     assert result.slurmx is not None
-    versions = servers.lock.get("versions", {}).get("engine", {})
+    versions = servers.lock.versions.engine
     result.slurmx.engine_version = engines.get(member.spec.engine).version_of(versions)
     backend = member.record.point.backend_name
     result.slurmx.backend_version = versions.get(backend) if backend != "none" else None
-    result.slurmx.image_digest = servers.lock.get("image_digest")
+    result.slurmx.image_digest = servers.lock.image_digest
     result.slurmx.failed_request_threshold = member.spec.replay.failed_request_threshold
     return result
 
