@@ -63,6 +63,7 @@ class Runtime:
     trace_dir: str | None = None
     image: str | None = None
     command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # the profile's runtime.env: exported by the job script
 
     @classmethod
     def from_profile(cls, profile: RuntimeProfile, image: str | None) -> Self:
@@ -88,11 +89,10 @@ class Runtime:
         return {"image": self.image or "", "hf_home": self.hf_home or ""}
 
     def setup_lines(self) -> list[str]:
-        """The job script's setup lines from the kind's template, with this runtime's values filled in."""
-        if self.template is None:
-            return []
-        lines = []
-        for line in template_text(self.template).splitlines():
+        """The job script's setup lines: the profile's env exported, then the kind's template with this
+        runtime's values filled in."""
+        lines = [f"export {name}={shlex.quote(value)}" for name, value in self.env]
+        for line in template_text(self.template).splitlines() if self.template else []:
             if line.startswith("#!") or not line.strip():
                 continue
             for key, value in self.template_values().items():
