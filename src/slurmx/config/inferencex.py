@@ -14,14 +14,17 @@ from slurmx.errors import UserError
 @dataclass(frozen=True)
 class Checkout:
     root: Path
-    masters: list[Path]  # configs/*-master.yaml, sorted (nvidia-master.yaml, amd-master.yaml, ...)
+    masters: list[Path]  # configs/*-master.yaml: nvidia's, amd's, then any other sorted
     runners: Path  # configs/runners.yaml: InferenceX's hardware figures per cluster label
 
 
 def open_checkout(root: Path) -> Checkout:
     """The checkout at `root`; a directory without InferenceX's master configs is refused in one line."""
     configs = root / "configs"
-    masters = sorted(configs.glob("*-master.yaml")) if configs.is_dir() else []
+    # InferenceX's full sweep reads nvidia-master.yaml then amd-master.yaml: rows come in that order
+    first = {"nvidia-master.yaml": 0, "amd-master.yaml": 1}
+    found = configs.glob("*-master.yaml") if configs.is_dir() else []
+    masters = sorted(found, key=lambda m: (first.get(m.name, 2), m.name))
     if not masters:
         raise UserError(f"{root}: not an InferenceX checkout (no configs/*-master.yaml)")
     runners = configs / "runners.yaml"
