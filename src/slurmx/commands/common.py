@@ -21,10 +21,18 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--clusters", type=Path, metavar="FILE", help="cluster profiles (default: configs/clusters.yaml)"
     )
+    parser.add_argument(
+        "--inferencex",
+        type=Path,
+        metavar="DIR",
+        help="an InferenceX checkout: its configs/*-master.yaml (unless --config) and configs/runners.yaml's "
+        "hardware figures, over the cluster profiles' slurm/runtime sections",
+    )
 
 
 def load_points(args: argparse.Namespace, keys: list[str], all_keys: bool = False) -> Inputs:
-    inputs = load_inputs(args.config, args.clusters, keys, all_keys, keep_going=True)
+    checkout = getattr(args, "inferencex", None)  # callers that build their own namespace may leave it out
+    inputs = load_inputs(args.config, args.clusters, keys, all_keys, keep_going=True, inferencex=checkout)
     for warning in inputs.warnings:
         print(f"slurmx: warning: {warning}", file=sys.stderr)
     return inputs

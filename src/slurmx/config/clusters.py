@@ -6,9 +6,9 @@ and slurmx adds optional `slurm:` and `runtime:` sections per label.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, field_validator, model_validator
 
 from slurmx.config.master import kebab
 
@@ -25,6 +25,11 @@ class SlurmProfile(_Model):
     qos: str | None = None
     gres_type: str | None = None  # None: plain gpu:<n>
     features: list[str] = Field(default_factory=list)
+    # sbatch --exclude: nodes the cluster's own launcher keeps off (known-bad hardware); a resubmit adds the
+    # nodes a point failed on to these
+    exclude: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-\[\],]*$")]] = Field(
+        default_factory=list
+    )
     # sbatch --mem of a point that pins no host pool; a point's backend pool plus preflight's margin is
     # added to it (slurmx.slurm.request.point_mem). "0" asks for all of a node's memory, pool or not.
     mem: str = Field(default="0", pattern=r"^\d+[KMGTkmgt]?[Bb]?$")
@@ -68,6 +73,9 @@ class SlurmProfile(_Model):
         return self
 
 
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
 class RuntimeProfile(_Model):
     """How processes start on the node and where models, caches and traces live."""
 
@@ -83,6 +91,9 @@ class RuntimeProfile(_Model):
     model_root: str | None = None  # directory holding model weights, by model name
     hf_home: str | None = None
     trace_dir: str | None = None
+    # exported by the job script before anything starts, as the cluster's launcher exports it for its job
+    # (every process inherits it; pyxis steps pass it into the container with --export=ALL); taken literally
+    env: dict[EnvName, str] = Field(default_factory=dict)
 
 
 NumaPolicy = Literal["bind", "interleave", "none"]
@@ -97,6 +108,9 @@ class NodeProfile(_Model):
     # A multinode point's node whose heartbeat file is older than this is taken for gone (its task died):
     # above the results tree's attribute caching (NFS's acdirmax defaults to 60 s).
     heartbeat_stale_s: PositiveInt = 90
+    # Why this node's GPUs get no hygiene checks and no power samples (their vendor's tools are not NVML):
+    # the job records the reason and goes on, as on a node with no GPU at all.
+    gpu_checks_absent: str | None = Field(default=None, min_length=1)
 
 
 class ClusterProfile(_Model):

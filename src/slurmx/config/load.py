@@ -162,6 +162,9 @@ class Clusters:
     lines: dict[str, int | None]
     errors: dict[str, ConfigError] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # With an InferenceX checkout: its runners.yaml, and the labels whose figures come only from there
+    figures_path: Path | None = None
+    figures_only: dict[str, int | None] = field(default_factory=dict)
 
     def profile(self, label: str) -> ClusterProfile | None:
         """The label's profile; None when the file has no entry for it; its error when the entry is bad."""
@@ -183,6 +186,40 @@ def load_clusters(path: Path) -> Clusters:
         except ConfigError as error:
             clusters.errors[label] = error
     return clusters
+
+
+FIGURES = ("available_cpu_dram_mib", "gpus_per_node")  # what runners.yaml says about a label
+
+
+def overlay_figures(profiles: Clusters, figures: Clusters) -> Clusters:
+    """slurmx's profiles with InferenceX's hardware figures laid over them: the checkout's runners.yaml is
+    the truth for a label's figures (a profile that disagrees is warned about, and loses); slurmx's file
+    adds the `slurm:`, `runtime:` and `node:` sections. A label only runners.yaml knows has figures and no
+    slurm section (plan works, submit refuses it); a label only slurmx knows (cluster:local) stays as is."""
+    merged = Clusters(
+        dict(profiles.profiles), profiles.path, dict(profiles.lines), dict(profiles.errors),
+        [*profiles.warnings, *figures.warnings], figures.path,
+    )  # fmt: skip
+    for label, theirs in figures.profiles.items():
+        ours = merged.profiles.get(label)
+        if ours is None:
+            if label not in merged.errors:
+                merged.profiles[label] = theirs
+                merged.figures_only[label] = figures.lines.get(label)
+            continue
+        for name in FIGURES:
+            mine, truth = getattr(ours, name), getattr(theirs, name)
+            if mine != truth:
+                alias = name.replace("_", "-")
+                merged.warnings.append(
+                    f"{profiles.path}:{profiles.lines.get(label)}: hardware.{label}.{alias} is {mine}, but "
+                    f"{figures.path}:{figures.lines.get(label)} says {truth}: using InferenceX's {truth}"
+                )
+        merged.profiles[label] = ours.model_copy(update={n: getattr(theirs, n) for n in FIGURES})
+    for label, error in figures.errors.items():  # a bad runners.yaml entry blocks its label, as it does upstream
+        merged.profiles.pop(label, None)
+        merged.errors.setdefault(label, error)
+    return merged
 
 
 def suggest(name: str, choices: list[str]) -> str:

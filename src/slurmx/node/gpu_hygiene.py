@@ -220,10 +220,14 @@ def node_hygiene(
     shm_dir: Path = Path("/dev/shm"),
     gpus: list[GpuState] | None = None,
     own_pids: set[int] | None = None,
+    gpus_absent: str | None = None,
 ) -> Findings:
-    """Every hygiene check; `gpus` is read from NVML unless given."""
+    """Every hygiene check; `gpus` is read from NVML unless given, or unless `gpus_absent` (the cluster
+    profile's reason NVML cannot see this node's GPUs) says why the GPU checks cannot run."""
     out = Findings()
-    if gpus is None:
+    if gpus is None and gpus_absent:
+        out.notes.append(f"GPU checks skipped: {gpus_absent}")
+    elif gpus is None:
         gpus, why = read_gpus_nvml(env)
         if why:
             out.notes.append(f"GPU checks skipped: {why}")

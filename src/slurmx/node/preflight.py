@@ -59,21 +59,29 @@ def check_tools(spec: ServingSpec, runtime: Runtime) -> str | None:
     return None
 
 
-def check_node_clean(env: dict[str, str], remove_shm: bool) -> str | None:
+def check_node_clean(env: dict[str, str], remove_shm: bool, gpus_absent: str | None = None) -> str | None:
     """GPU hygiene and /dev/shm leftovers; what is only worth knowing goes to the job's log."""
-    findings = gpu_hygiene.node_hygiene(env, remove_shm=remove_shm)
+    findings = gpu_hygiene.node_hygiene(env, remove_shm=remove_shm, gpus_absent=gpus_absent)
     for note in findings.notes:
         print(f"preflight: {note}", flush=True)
     return findings.failure(identity.node_name(env))
 
 
-def preflight(spec: ServingSpec, runtime: Runtime, env: dict[str, str], *, remove_shm: bool = False) -> list[str]:
-    """Every failed check, cheapest first; empty when the point may start."""
+def preflight(
+    spec: ServingSpec,
+    runtime: Runtime,
+    env: dict[str, str],
+    *,
+    remove_shm: bool = False,
+    gpus_absent: str | None = None,
+) -> list[str]:
+    """Every failed check, cheapest first; empty when the point may start. `gpus_absent`: the profile's
+    node.gpu-checks-absent (GPU hygiene skipped with that reason)."""
     checks = [
         check_gpus(spec, env),
         check_tools(spec, runtime),
         check_memory(spec, available_memory_bytes()),
-        check_node_clean(env, remove_shm),
+        check_node_clean(env, remove_shm, gpus_absent),
     ]
     problems = [c for c in checks if c]
     return problems + backends.get(spec.backend.name).preflight(spec.backend, runtime)

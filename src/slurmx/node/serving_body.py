@@ -105,7 +105,10 @@ def prepare_node(first: Member, runtime: Runtime, supervisor: Supervisor, part: 
     steps on the head and on every other node of a multinode point."""
     spec = first.spec
     node_profile = first.record.cluster_profile.node
-    problems = preflight(spec, runtime, dict(os.environ), remove_shm=bool(node_profile and node_profile.clean_shm))
+    problems = preflight(
+        spec, runtime, dict(os.environ), remove_shm=bool(node_profile and node_profile.clean_shm),
+        gpus_absent=node_profile.gpu_checks_absent if node_profile else None,
+    )  # fmt: skip
     if problems:
         raise PointFailed("preflight: " + "; ".join(problems))
     provisioned = provision.run(spec, runtime, supervisor)
@@ -132,7 +135,10 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
     numa_prefix, numa_record = prepared.numa_prefix, prepared.numa_record
     base_env = dict(os.environ)
     telemetry_dir = first.point.telemetry  # sampled for the whole group; torn down with the rest
-    supervisor.start("telemetry", telemetry.telemetry_argv(sys.executable, telemetry_dir), {}, base_env=base_env)
+    node_profile = first.record.cluster_profile.node
+    absent = node_profile.gpu_checks_absent if node_profile else None
+    sampler = telemetry.telemetry_argv(sys.executable, telemetry_dir, absent=absent)
+    supervisor.start("telemetry", sampler, {}, base_env=base_env)
     started = []
     for process in plan.servers:
         first.recorder.stage("engine" if process.name in (ENGINE, ROUTER) else "lmcache")

@@ -266,7 +266,10 @@ def sample_until_stopped(
     return rounds
 
 
-def run(out_dir: Path, interval_s: float, env: dict[str, str], max_samples: int | None = None) -> int:
+def run(
+    out_dir: Path, interval_s: float, env: dict[str, str], max_samples: int | None = None, absent: str | None = None
+) -> int:
+    """`absent`: the cluster profile's reason this node's GPUs cannot be sampled (recorded; nothing is opened)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stopping = {"now": False}
 
@@ -275,7 +278,7 @@ def run(out_dir: Path, interval_s: float, env: dict[str, str], max_samples: int 
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    source, reasons = open_source(env)
+    source, reasons = open_source(env) if absent is None else (None, [absent])
     info: dict[str, Any] = {
         "source": source.name if source else "none",
         "interval_s": interval_s,
@@ -306,9 +309,12 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def telemetry_argv(python: str, out_dir: Path, interval_s: float = DEFAULT_INTERVAL_S) -> list[str]:
+def telemetry_argv(
+    python: str, out_dir: Path, interval_s: float = DEFAULT_INTERVAL_S, absent: str | None = None
+) -> list[str]:
     """The sampler as the supervisor starts it (with the interpreter that runs the job body)."""
-    return [python, "-m", "slurmx.node.telemetry", "--out", str(out_dir), "--interval-s", f"{interval_s:g}"]
+    argv = [python, "-m", "slurmx.node.telemetry", "--out", str(out_dir), "--interval-s", f"{interval_s:g}"]
+    return [*argv, "--absent", absent] if absent else argv
 
 
 def await_sample_after(out_dir: Path, after_unix: float, timeout_s: float = 3.0) -> bool:
@@ -376,8 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--interval-s", type=float, default=DEFAULT_INTERVAL_S)
     parser.add_argument("--max-samples", type=int, default=None)
+    parser.add_argument("--absent", metavar="REASON", help="sample nothing and record why (the cluster profile's)")
     args = parser.parse_args(argv)
-    return run(args.out, args.interval_s, dict(os.environ), args.max_samples)
+    return run(args.out, args.interval_s, dict(os.environ), args.max_samples, args.absent)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from slurmx.config.clusters import ClusterProfile, RuntimeProfile
@@ -35,7 +36,7 @@ def get(kind: str) -> type[Runtime]:
 
 def runtime_for(profile: ClusterProfile, image: str | None = None) -> Runtime:
     section = profile.runtime or RuntimeProfile()
-    return get(section.kind).from_profile(section, image)
+    return replace(get(section.kind).from_profile(section, image), env=tuple(section.env.items()))
 
 
 __all__ = ["REGISTRY", "Runtime", "get", "register", "runtime_for"]

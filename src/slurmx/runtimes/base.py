@@ -72,6 +72,7 @@ class Runtime:
     trace_dir: str | None = None
     image: str | None = None
     command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # the profile's runtime.env: exported by the job script
 
     @classmethod
     def from_profile(cls, profile: RuntimeProfile, image: str | None) -> Self:
@@ -97,11 +98,13 @@ class Runtime:
         return {"image": self.image or "", "hf_home": self.hf_home or ""}
 
     def setup_lines(self) -> list[str]:
-        """The job script's setup lines from the kind's template, with this runtime's values filled in."""
+        """The job script's setup lines: the profile's env exported, then the kind's template with this
+        runtime's values filled in (the template's own first line names which preamble ran)."""
+        lines = [f"export {name}={shlex.quote(value)}" for name, value in self.env]
         if self.template is None:
-            return []
+            return lines
         text, where = template_text(self.template)
-        lines = [f"# sbatch template: {where}"]  # which preamble ran, in the script itself and in `render`
+        lines.append(f"# sbatch template: {where}")  # which preamble ran, in the script itself and in `render`
         for line in text.splitlines():
             if line.startswith("#!") or not line.strip():
                 continue

@@ -108,6 +108,7 @@ def slurm_request(
         account=profile.account,
         qos=profile.qos,
         cpus_per_task=profile.cpus_per_task,
+        exclude=tuple(profile.exclude),
         sockets_per_node=profile.sockets_per_node,
         gres_flags=gres_flags,
         mem_bind=mem_bind,

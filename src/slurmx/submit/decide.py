@@ -67,7 +67,8 @@ def away_from_bad_nodes(item: Resolved, state: PointState, job: JobInfo | None) 
             item,
             f"failed on {len(bad)} node(s) ({','.join(sorted(bad))}), max-node-failures is {limit}: not resubmitted",
         )
-    request = item.request.model_copy(update={"exclude": tuple(sorted(bad))})
+    # the profile's own excluded nodes stay excluded
+    request = item.request.model_copy(update={"exclude": tuple(sorted(bad | set(item.request.exclude)))})
     return replace(item, request=request), None
 
 

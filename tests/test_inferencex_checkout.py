@@ -1,0 +1,186 @@
+"""`--inferencex DIR`: a user's InferenceX checkout as input, and the cluster profiles of its agentic fleets.
+
+The CLI is run as users run it (the whole process, from a fresh working directory); InferenceX's main tree is
+the fixture checkout (../shared/fixtures/inferencex/repo-main, SOURCE.txt)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmx import runtimes
+from slurmx.config.clusters import ClusterProfile
+from slurmx.errors import ConfigError, UserError
+from slurmx.inputs import load_inputs
+from slurmx.node import gpu_hygiene, telemetry
+from tests.conftest import ROOT
+from tests.test_cli_as_users_run_it import SERVED_KEY, planned, slurmx
+
+# one key per profile added for InferenceX's fleets, and the request plan shows for its first point
+NEW_PROFILE_REQUESTS = {
+    "cluster:h100-dgxc": ("qwen3.5-fp8-h100-sglang-agentic", "hpc-gpu-1 gpu:8 mem=0 excl 180m"),
+    "cluster:gb200-nv": ("qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp", "batch gpu:4 mem=0 excl 360m"),
+    "cluster:b200-nscale": ("kimik3-fp4-b200-dynamo-vllm-agentic-dspark", "batch_1 gpu:8 x2 nodes mem=0 excl 240m"),
+    "cluster:mi300x-amds": (
+        "qwen3.5-fp8-mi300x-sglang-agentic-mtp",
+        "compute gpu:8 mem=0 180m --exclude chi-mi300x-049,chi-mi300x-121",
+    ),
+    "cluster:mi325x-amds": ("qwen3.5-fp8-mi325x-sglang-agentic-mtp", "compute gpu:2 mem=0 480m"),
+    "cluster:mi355x-amds": ("qwen3.5-fp4-mi355x-sglang-agentic-mtp", "compute gpu:2 mem=0 excl 500m"),
+}
+PROFILE_REFUSALS = ("no entry for this label", "no slurm section", "no hardware entry")
+
+
+@pytest.fixture
+def main_tree(fixtures: Path) -> Path:
+    return fixtures / "repo-main"
+
+
+def _as_config(tree: Path) -> list[str]:
+    configs = tree / "configs"
+    return ["--config", str(configs / "nvidia-master.yaml"), "--config", str(configs / "amd-master.yaml")]
+
+
+def test_plan_render_and_dry_run_from_a_checkout_are_those_of_its_files(main_tree: Path, tmp_path: Path) -> None:
+    """The shipped profiles' figures are runners.yaml's, so --inferencex DIR is --config DIR's masters exactly."""
+    for command in (["plan", "--all", "--json"], ["render", SERVED_KEY], ["submit", "--dry-run", SERVED_KEY]):
+        ours = slurmx([*command, "--inferencex", str(main_tree)], tmp_path)
+        theirs = slurmx([*command, *_as_config(main_tree)], tmp_path)
+        assert ours.returncode == theirs.returncode == 0, ours.stderr
+        assert ours.stdout == theirs.stdout and ours.stdout, command
+        assert ours.stderr == "", ours.stderr  # no figure of slurmx's profiles disagrees with the checkout's
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_that_is_not_a_checkout_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "runners.yaml").write_text("hardware: {}\n")
+    for command in (["plan", "--all"], ["render", SERVED_KEY], ["submit", "--dry-run", SERVED_KEY]):
+        proc = slurmx([*command, "--inferencex", str(tmp_path)], tmp_path)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr == f"slurmx: error: {tmp_path}: not an InferenceX checkout (no configs/*-master.yaml)\n"
+
+
+def test_config_replaces_the_checkouts_masters_and_keeps_its_figures(main_tree: Path, tmp_path: Path) -> None:
+    local = ["--config", str(ROOT / "configs" / "local-master.yaml"), "--inferencex", str(main_tree)]
+    rows = planned(slurmx(["plan", "tiny-fp32-local-vllm-agentic-lmcache", *local, "--json"], tmp_path))
+    assert rows and {r["runner"] for r in rows} == {"cluster:local"}  # a label only slurmx's profiles know
+    unknown = slurmx(["plan", SERVED_KEY, *local], tmp_path)
+    assert unknown.returncode == 2 and SERVED_KEY in unknown.stderr
+
+
+def test_the_checkouts_figures_win_and_slurmx_adds_slurm(main_tree: Path, tmp_path: Path) -> None:
+    shipped = (ROOT / "configs" / "clusters.yaml").read_text()
+    edited = shipped.replace("available-cpu-dram-mib: 1_471_356", "available-cpu-dram-mib: 1_000_000", 1)
+    assert edited != shipped
+    (tmp_path / "clusters.yaml").write_text(edited)
+    inputs = load_inputs(None, tmp_path / "clusters.yaml", [SERVED_KEY], inferencex=main_tree)
+    profile = inputs.clusters.profiles["cluster:h200-dgxc"]
+    assert profile.available_cpu_dram_mib == 1_471_356 and profile.slurm is not None
+    assert profile.slurm.partition == "h200"
+    (warning,) = inputs.warnings
+    assert "hardware.cluster:h200-dgxc.available-cpu-dram-mib is 1000000" in warning and "runners.yaml" in warning
+    assert inputs.inferencex == main_tree.resolve()
+    # a label the checkout knows and slurmx's profiles do not: figures to plan with, refused at submit
+    (tmp_path / "bare.yaml").write_text("hardware: {}\n")
+    bare = load_inputs(None, tmp_path / "bare.yaml", [SERVED_KEY], inferencex=main_tree)
+    assert bare.points and bare.clusters.profiles["cluster:h200-dgxc"].slurm is None
+    with pytest.raises(UserError, match=r"hardware.cluster:h200-dgxc: no entry for this label \(only hardware fig"):
+        bare.submittable_profile(bare.points[0])
+
+
+def test_no_agentic_key_of_main_is_refused_for_a_cluster_profile(main_tree: Path, tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = planned(slurmx(["plan", "--all", "--inferencex", str(main_tree), "--json"], tmp_path))
+    agentic = [r for r in rows if r.get("scenario-type") == "agentic-coding"]
+    keys = sorted({r["config-key"] for r in agentic})
+    assert len(keys) == 75  # SOURCE.txt: 75 agentic-coding keys on main
+    inputs = load_inputs(None, None, keys, inferencex=main_tree)
+    for point in inputs.points:
+        inputs.submittable_profile(point)  # every label has a slurm section
+    proc = slurmx(["submit", "--dry-run", *keys, "--inferencex", str(main_tree)], tmp_path)
+    refusals = proc.stderr.splitlines()
+    assert not [line for line in refusals if any(p in line for p in PROFILE_REFUSALS)], proc.stderr
+    vllm_single = sorted({r["config-key"] for r in agentic if r["framework"] == "vllm" and "prefill" not in r})
+    assert len(vllm_single) == 12
+    for key in vllm_single:  # served, or refused for its serving recipe (the importer's work), never the profile
+        mine = [line for line in refusals if f" {key}" in line or f"{key}:" in line or f"{key} " in line]
+        assert all("serving recipe" in line for line in mine), mine
+
+
+def test_the_slurm_request_of_each_new_profile(main_tree: Path, tmp_path: Path) -> None:
+    keys = [key for key, _ in NEW_PROFILE_REQUESTS.values()]
+    rows = planned(slurmx(["plan", *keys, "--inferencex", str(main_tree), "--json"], tmp_path))
+    for label, (key, request) in NEW_PROFILE_REQUESTS.items():
+        first = next(r for r in rows if r["config-key"] == key)
+        assert (first["runner"], first["slurm-request"]) == (label, request)
+
+
+def _profile(label: str) -> ClusterProfile:
+    profile = load_inputs(None, None, [SERVED_KEY]).clusters.profiles[label]
+    return profile
+
+
+def test_the_profile_env_is_exported_by_the_job_script() -> None:
+    lines = runtimes.runtime_for(_profile("cluster:mi355x-amds"), "rocm/vllm:x").setup_lines()
+    assert lines[:3] == [
+        "export HF_HUB_CACHE=/mnt/hf_hub_cache/",
+        "export AIPERF_DATASET_MMAP_CACHE_DIR=/aiperf_mmap_cache",
+        "export VLLM_CACHE_ROOT=/it-share/gharunners/.cache/vllm",
+    ]
+    assert any("enroot import" in line for line in lines[3:])
+    assert not any(
+        line.startswith("export HF_") for line in runtimes.runtime_for(_profile("cluster:b300-nv")).setup_lines()
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "field", "message"),
+    [
+        ("    runtime: {kind: pyxis, env: {BAD-NAME: x}}", "hardware.cluster:x.runtime.env.BAD-NAME", "pattern"),
+        ("    slurm: {partition: p, exclude: ['node 1']}", "hardware.cluster:x.slurm.exclude[0]", "pattern"),
+        ("    node: {gpu-checks-absent: ''}", "hardware.cluster:x.node.gpu-checks-absent", "at least 1"),
+    ],
+)
+def test_the_new_profile_fields_are_refused_with_file_and_line(
+    tmp_path: Path, entry: str, field: str, message: str
+) -> None:
+    from slurmx.config.load import load_clusters
+
+    path = tmp_path / "clusters.yaml"
+    path.write_text(f"hardware:\n  cluster:x:\n    available-cpu-dram-mib: 1\n    gpus-per-node: 8\n{entry}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_clusters(path).profile("cluster:x")
+    error = caught.value
+    assert (error.path, error.line, error.field) == (path, 5, field) and message in error.message
+
+
+def test_amd_nodes_skip_gpu_hygiene_with_the_profiles_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Simulated: NVML must not even be asked (it would fail the test), the reason is the profile's."""
+    reason = _profile("cluster:mi300x-amds").node.gpu_checks_absent  # type: ignore[union-attr]
+    assert reason and "amd-smi" in reason
+
+    def no_nvml(env: dict[str, str]) -> None:
+        raise AssertionError("NVML read on a node whose profile says its GPUs are not NVML's")
+
+    monkeypatch.setattr(gpu_hygiene, "read_gpus_nvml", no_nvml)
+    found = gpu_hygiene.node_hygiene({"CUDA_VISIBLE_DEVICES": "0,1"}, remove_shm=False, shm_dir=tmp_path,
+                                     gpus_absent=reason)  # fmt: skip
+    assert found.notes == [f"GPU checks skipped: {reason}"] and found.failure() is None
+
+
+def test_amd_nodes_record_why_power_is_absent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    reason = "AMD GPUs: no NVML"
+
+    def no_source(env: dict[str, str]) -> None:
+        raise AssertionError("the sampler probed NVML/nvidia-smi on a node whose profile says why not")
+
+    monkeypatch.setattr(telemetry, "open_source", no_source)
+    argv = telemetry.telemetry_argv("python", tmp_path, absent=reason)
+    assert argv[-2:] == ["--absent", reason]
+    assert telemetry.main(argv[3:]) == 0
+    info = json.loads((tmp_path / telemetry.INFO_JSON).read_text())
+    assert (info["source"], info["absent_reason"]) == ("none", reason)
+    assert not (tmp_path / telemetry.METRICS_CSV).exists()
