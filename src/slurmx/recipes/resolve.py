@@ -84,7 +84,6 @@ def _engine_flags(recipe: Recipe, arm: Arm, point: Point, parallel: list[str]) -
     ep = point.prefill.ep if point.multinode and point.prefill is not None else point.ep
     if ep > 1:
         flags.update(engine.ep_flags)
-    assert isinstance(point.conc, int)
     for rule in engine.per_conc:
         if rule.applies(point.conc):
             flags.update(rule.flags)
@@ -139,7 +138,7 @@ def resolve(point: Point, recipes: Recipes, layout: NodeLayout | None = None) ->
     file = find_recipe(point, recipes)
     recipe = file.recipe
     engine = engines.get(point.framework)
-    assert isinstance(point.conc, int), "only single-node points resolve to one server"
+    assert not point.concs, "a multi-concurrency point does not resolve to one server"
     backend = _backend(file, point)
     arm = file.arms[point.backend_name]
     flags = _engine_flags(recipe, arm, point, engine.parallel_flags(point))
