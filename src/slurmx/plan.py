@@ -367,7 +367,7 @@ def _point(
         kv_offloading=kv_offloading,
         kv_offload_backend=kv_offload_backend,
         router=entry.router or config.router,
-        kv_p2p_transfer=getattr(entry, "kv_p2p_transfer", None) or config.kv_p2p_transfer,
+        kv_p2p_transfer=(workers.kv_p2p_transfer if workers else None) or config.kv_p2p_transfer,
         dram_utilization=dram_utilization,
         total_cpu_dram_gb=total_cpu_dram_gb,
         duration_s=duration_s,
