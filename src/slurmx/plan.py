@@ -70,7 +70,10 @@ class Point:
     multinode: bool
     disagg: bool
     spec_decoding: str
-    conc: int | tuple[int, ...]
+    conc: int  # the concurrency the point replays at; a multi-concurrency point's first
+    # Every concurrency of a multi-concurrency point (InferenceX's multinode fixed-seq-len entry is one point
+    # for its whole list); empty for a point of one concurrency.
+    concs: tuple[int, ...] = ()
     tp: int = 0
     pp: int = 1
     dcp_size: int = 1
@@ -88,8 +91,21 @@ class Point:
     dram_utilization: float | None = None
     total_cpu_dram_gb: int = 0
     duration_s: int | None = None
+    # Derived from the fields above as the point is built, unless given (a point.json read back keeps its own).
     exp_name: str = ""
     point_id: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        # The one place a frozen dataclass may set its own derived fields: construction is not over yet.
+        if not self.exp_name:
+            object.__setattr__(self, "exp_name", _exp_name(self))
+        if not self.point_id:
+            object.__setattr__(self, "point_id", _point_id(self))
+
+    @property
+    def concurrencies(self) -> tuple[int, ...]:
+        """The concurrencies the point runs: its list, or its one."""
+        return self.concs or (self.conc,)
 
     @property
     def gpus(self) -> int:
@@ -214,7 +230,7 @@ def _row(p: Point) -> dict[str, Any]:
         row["spec-decoding"] = p.spec_decoding
         row["prefill"] = _worker_row(p.prefill)
         row["decode"] = _worker_row(p.decode)
-        row["conc"] = list(p.conc) if isinstance(p.conc, tuple) else [p.conc]
+        row["conc"] = list(p.concurrencies)
     else:
         row.update({"tp": p.tp, "pp": p.pp, "dcp-size": p.dcp_size, "pcp-size": p.pcp_size})
         if p.scenario == "fixed-seq-len":
@@ -266,14 +282,6 @@ def _point_id(p: Point) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _make(fields: dict[str, Any]) -> Point:
-    """A point with its derived names set once, here: it is frozen from then on."""
-    p = Point(**fields)
-    object.__setattr__(p, "exp_name", _exp_name(p))  # dataclasses.replace would rebuild it twice per point
-    object.__setattr__(p, "point_id", _point_id(p))
-    return p
-
-
 def _key_error(masters: Masters, key: str, field: str, message: str) -> ConfigError:
     source = masters.sources[key]
     return ConfigError(source.path, source.line, f"{key}.{field}" if field else key, message)
@@ -313,55 +321,85 @@ def _worker_share(key: str, where: str, worker: WorkerSpec, gpus_per_node: int, 
     return gpus
 
 
-def _shape(entry: SingleNodeEntry) -> dict[str, Any]:
-    """A single-node entry's parallelism, as Point fields."""
-    return {
-        "tp": entry.tp,
-        "pp": entry.pp,
-        "dcp_size": entry.dcp_size,
-        "pcp_size": entry.pcp_size,
-        "ep": entry.ep or 1,
-        "dp_attn": bool(entry.dp_attn),
-    }
+def _point(
+    key: str,
+    config: MasterConfig,
+    entry: SingleNodeEntry | MultiNodeEntry,
+    *,
+    scenario: Scenario,
+    conc: int,
+    concs: tuple[int, ...] = (),
+    isl: int | None = None,
+    osl: int | None = None,
+    kv_offloading: str = "none",
+    kv_offload_backend: KvOffloadBackend | None = None,
+    dram_utilization: float | None = None,
+    total_cpu_dram_gb: int = 0,
+    duration_s: int | None = None,
+) -> Point:
+    """A point of one search-space entry: the key's fields, the entry's parallelism or workers, the scenario's rest."""
+    single = entry if isinstance(entry, SingleNodeEntry) else None
+    workers = entry if isinstance(entry, MultiNodeEntry) else None
+    return Point(
+        config_key=key,
+        scenario=scenario,
+        image=config.image,
+        model=config.model,
+        model_prefix=config.model_prefix,
+        precision=config.precision,
+        framework=config.framework,
+        runner=config.runner,
+        multinode=config.multinode,
+        disagg=config.disagg,
+        spec_decoding=entry.spec_decoding,
+        conc=conc,
+        concs=concs,
+        tp=single.tp if single else 0,
+        pp=single.pp if single else 1,
+        dcp_size=single.dcp_size if single else 1,
+        pcp_size=single.pcp_size if single else 1,
+        ep=(single.ep or 1) if single else 1,
+        dp_attn=bool(single.dp_attn) if single else False,
+        prefill=workers.prefill if workers else None,
+        decode=workers.decode if workers else None,
+        isl=isl,
+        osl=osl,
+        kv_offloading=kv_offloading,
+        kv_offload_backend=kv_offload_backend,
+        router=entry.router or config.router,
+        kv_p2p_transfer=(workers.kv_p2p_transfer if workers else None) or config.kv_p2p_transfer,
+        dram_utilization=dram_utilization,
+        total_cpu_dram_gb=total_cpu_dram_gb,
+        duration_s=duration_s,
+    )
 
 
 def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
     """Every point of one config key, in InferenceX's order."""
     config = masters.configs[key]
-    # The fields every point of the key shares; each scenario and entry adds the rest.
-    base: dict[str, Any] = {
-        "config_key": key,
-        "image": config.image,
-        "model": config.model,
-        "model_prefix": config.model_prefix,
-        "precision": config.precision,
-        "framework": config.framework,
-        "runner": config.runner,
-        "multinode": config.multinode,
-        "disagg": config.disagg,
-    }
     points: list[Point] = []
     scenarios: Scenarios[Any, Any] = config.scenarios
     for fsl in scenarios.fixed_seq_len or []:
         for entry in fsl.search_space:
-            common = {
-                **base,
-                "scenario": "fixed-seq-len",
-                "isl": fsl.isl,
-                "osl": fsl.osl,
-                "spec_decoding": entry.spec_decoding,
-                "router": entry.router or config.router,
-                "kv_p2p_transfer": getattr(entry, "kv_p2p_transfer", None) or config.kv_p2p_transfer,
-            }
             if isinstance(entry, MultiNodeEntry):
                 concs = tuple(entry.concurrencies())
-                points.append(_make({**common, "prefill": entry.prefill, "decode": entry.decode, "conc": concs}))
+                points.append(
+                    _point(
+                        key,
+                        config,
+                        entry,
+                        scenario="fixed-seq-len",
+                        conc=concs[0],
+                        concs=concs,
+                        isl=fsl.isl,
+                        osl=fsl.osl,
+                    )
+                )
                 continue
-            shape = _shape(entry)
             for conc in entry.concurrencies():
-                points.append(_make({**common, **shape, "conc": conc}))
+                points.append(_point(key, config, entry, scenario="fixed-seq-len", conc=conc, isl=fsl.isl, osl=fsl.osl))
     for index, agentic in enumerate(scenarios.agentic_coding or []):
-        points.extend(_expand_agentic(key, index, config, agentic, base, masters, clusters))
+        points.extend(_expand_agentic(key, index, config, agentic, masters, clusters))
     return points
 
 
@@ -370,24 +408,12 @@ def _expand_agentic(
     index: int,
     config: MasterConfig,
     agentic: AgenticCoding[Any],
-    base: dict[str, Any],
     masters: Masters,
     clusters: Clusters,
 ) -> list[Point]:
     points = []
     for entry_index, entry in enumerate(agentic.search_space):
         offloading = entry.kv_offloading or "none"
-        common = {
-            **base,
-            "scenario": "agentic-coding",
-            "spec_decoding": entry.spec_decoding,
-            "kv_offloading": offloading,
-            "kv_offload_backend": entry.kv_offload_backend,
-            "router": entry.router or config.router,
-            "kv_p2p_transfer": getattr(entry, "kv_p2p_transfer", None) or config.kv_p2p_transfer,
-            "dram_utilization": agentic.dram_utilization,
-            "duration_s": AGENTIC_DURATION_S,
-        }
         where = f"scenarios.agentic-coding[{index}].search-space[{entry_index}]"
         share = 0
         # InferenceX reads the runner's hardware only for a DRAM budget; slurmx also checks that a
@@ -401,13 +427,10 @@ def _expand_agentic(
             share = server_gpus(entry.tp, entry.pp, entry.pcp_size)
             if profile is not None:
                 _check_fits(key, f"{where}.tp", share, profile, config.runner, masters)
-            common |= _shape(entry)
-        else:
-            common |= {"prefill": entry.prefill, "decode": entry.decode}
-            if offloading == "dram":
-                assert profile is not None
-                # Multinode budgets follow the prefill worker (only prefill offloads to DRAM in InferenceX).
-                share = _worker_share(key, f"{where}.prefill", entry.prefill, profile.gpus_per_node, masters)
+        elif offloading == "dram":
+            assert profile is not None
+            # Multinode budgets follow the prefill worker (only prefill offloads to DRAM in InferenceX).
+            share = _worker_share(key, f"{where}.prefill", entry.prefill, profile.gpus_per_node, masters)
         budget = 0
         if offloading == "dram" and agentic.dram_utilization is not None:
             assert profile is not None
@@ -415,7 +438,20 @@ def _expand_agentic(
                 profile.available_cpu_dram_mib, profile.gpus_per_node, agentic.dram_utilization, share
             )
         for conc in entry.concurrencies():
-            points.append(_make({**common, "conc": conc, "total_cpu_dram_gb": budget}))
+            points.append(
+                _point(
+                    key,
+                    config,
+                    entry,
+                    scenario="agentic-coding",
+                    conc=conc,
+                    kv_offloading=offloading,
+                    kv_offload_backend=entry.kv_offload_backend,
+                    dram_utilization=agentic.dram_utilization,
+                    total_cpu_dram_gb=budget,
+                    duration_s=AGENTIC_DURATION_S,
+                )
+            )
     return points
 
 

@@ -148,14 +148,13 @@ def point_status(
     if elapsed is None and state and state.started_at:
         elapsed = (state.ended_at or time.time()) - state.started_at
     log = explaining_log(sweep, point, state.job_id if state else None) if label_ in ENDED - {"completed"} else None
-    conc = record.point.conc
     return PointStatus(
         config_key=record.config_key,
         sweep_id=record.sweep_id,
         point_id=record.point_id,
-        parallelism=record.labels.parallelism,
-        backend=record.labels.backend,
-        conc=list(conc) if isinstance(conc, tuple) else conc,
+        parallelism=record.point.parallelism,
+        backend=record.point.backend_name,
+        conc=list(record.point.concs) if record.point.concs else record.point.conc,
         state=label_,
         stage=stage,
         node=node_of(state, job),

@@ -88,7 +88,6 @@ class Capture:
 def launcher_env(point: Point, upstream: Upstream, result_dir: Path, home: Path) -> dict[str, str]:
     """The env InferenceX's workflow + launcher give the script for this point (INFERENCEX_FLOW.md)."""
     backend = point.kv_offload_backend
-    assert isinstance(point.conc, int)
     return {
         "MODEL": point.model,
         "MODEL_PATH": upstream.model_path,

@@ -110,3 +110,20 @@ def test_a_record_of_another_shape_is_one_line_naming_the_file_and_field(inputs:
     sweep.sweep_json.write_text(json.dumps(data))
     with pytest.raises(UserError, match=r"\(slurmx_version: Field required\); resubmit with --force$"):
         ledger.read_sweep(sweep)
+
+
+def test_point_json_round_trips_and_an_older_file_with_a_labels_block_still_reads(
+    inputs: Inputs, tmp_path: Path
+) -> None:
+    item = resolve_points(inputs.key_points(KEY)[:1], inputs)[0]
+    point = _sweep(tmp_path).point(item.point.point_id)
+    ledger.queue_point(point, item.record("s1"))
+    written = json.loads(point.point_json.read_text())
+    assert "labels" not in written  # the point's own properties are its names now
+    assert (written["point"]["point_id"], written["point"]["exp_name"]) == (item.point.point_id, item.point.exp_name)
+    assert ledger.read_point(point) == item.record("s1")
+    # point.json as slurmx wrote it before the labels went: the copies of the point's names are ignored.
+    written["labels"] = {"exp_name": "stale", "parallelism": "TP99", "gpus": 99, "backend": "x", "total_cpu_dram_gb": 1}
+    point.point_json.write_text(json.dumps(written))
+    back = ledger.read_point(point)
+    assert back == item.record("s1") and back.point.parallelism == item.point.parallelism != "TP99"

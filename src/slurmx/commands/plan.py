@@ -123,7 +123,7 @@ def _print_tables(loaded: Inputs, notes: RecipeNotes) -> None:
         for column in ("point id", "parallelism", "spec", "backend", "conc", "DRAM GB", "recipe", "Slurm request"):
             table.add_column(column, justify="right" if column in ("conc", "DRAM GB") else "left", no_wrap=True)
         for p in points:
-            conc = ",".join(map(str, p.conc)) if isinstance(p.conc, tuple) else str(p.conc)
+            conc = ",".join(map(str, p.concurrencies))
             table.add_row(
                 p.point_id,
                 p.parallelism,

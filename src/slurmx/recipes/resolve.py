@@ -107,7 +107,6 @@ def _engine_flags(recipe: Recipe, arm: Arm, point: Point, engine: Engine) -> lis
     ep = point.prefill.ep if point.multinode and point.prefill is not None else point.ep
     if ep > 1:
         flags.update(recipe.engine.ep_flags)
-    assert isinstance(point.conc, int)
     for rule in recipe.engine.per_conc:
         if rule.applies(point.conc):
             flags.update(rule.flags)
@@ -149,7 +148,7 @@ def resolve(
     engine = implemented.engine
     file = find_recipe(point, recipes)
     recipe = file.recipe
-    assert isinstance(point.conc, int), "only single-node points resolve to one server"
+    assert not point.concs, "a multi-concurrency point does not resolve to one server"
     backend = _backend(file, point, implemented.backend)
     arm = file.arms[point.backend_name]
     flags = _engine_flags(recipe, arm, point, engine)

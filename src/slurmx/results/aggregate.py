@@ -126,7 +126,7 @@ def build_result(
     )
     backend = point.kv_offload_backend
     dataset = (profile.get("metadata") or {}).get("dataset") if isinstance(profile, dict) else None
-    assert isinstance(point.conc, int), "a single-node point has one concurrency"
+    assert not point.concs, "a result is of one concurrency"
     power: dict[str, int | float] = {}
     if telemetry_dir is not None:
         power, meta.energy = point_energy(Path(telemetry_dir), profile, records, gpus)

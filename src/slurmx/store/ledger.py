@@ -58,26 +58,14 @@ class Sweep(BaseModel):
     submissions: list[Submission] = Field(default_factory=list)
 
 
-class PointLabels(BaseModel):
-    """Names derived from the point, computed once (by plan) and stored for every reader."""
-
-    model_config = ConfigDict(frozen=True)
-
-    exp_name: str
-    parallelism: str  # TP8, DEP8, TP8-EP8, ...
-    gpus: int
-    backend: str  # kv-offload backend name, "none" without offload
-    total_cpu_dram_gb: int
-
-
 class PointRecord(BaseModel):
-    """point.json: the point typed end to end, frozen at submit time."""
+    """point.json: the point typed end to end, frozen at submit time. Its names (parallelism, backend, GPUs)
+    are the point's own properties; the `labels` block older files carry is ignored on read."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     point: Point
     sweep_id: str
-    labels: PointLabels
     cluster_profile: ClusterProfile
     slurm_request: SlurmRequest
     serving: ServingSpec | None = None  # None for a runtime that serves nothing (kind command)
@@ -91,16 +79,6 @@ class PointRecord(BaseModel):
     @property
     def config_key(self) -> str:
         return self.point.config_key
-
-
-def labels_of(point: Point) -> PointLabels:
-    return PointLabels(
-        exp_name=point.exp_name,
-        parallelism=point.parallelism,
-        gpus=point.gpus,
-        backend=point.backend_name,
-        total_cpu_dram_gb=point.total_cpu_dram_gb,
-    )
 
 
 def read_sweep(sweep: SweepDir) -> Sweep:

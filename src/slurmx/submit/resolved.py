@@ -15,7 +15,7 @@ from slurmx.recipes.resolve import implementation, resolve
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
 from slurmx.slurm.request import SlurmRequest, slurm_request
-from slurmx.store.ledger import PointRecord, RepeatMode, labels_of
+from slurmx.store.ledger import PointRecord, RepeatMode
 from slurmx.submit.disagg import WHY_NOT_SUBMITTED
 
 
@@ -37,7 +37,6 @@ class Resolved:
         return PointRecord(
             point=self.point,
             sweep_id=sweep_id,
-            labels=labels_of(self.point),
             cluster_profile=self.profile,
             slurm_request=self.request,
             serving=self.serving,
