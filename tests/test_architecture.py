@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("results",),  # artifacts -> result.json, gate, collect
     ("node",),  # the job body
     ("submit", "status"),  # stages run from a login node
+    ("upstream",),  # InferenceX's scripts captured as the oracle, compared with slurmx's resolved points
     ("commands", "cli", "__main__"),  # argument parsing and printing
 )
 LAYER_OF = {name: index for index, names in enumerate(LAYERS) for name in names}

@@ -4,7 +4,7 @@ Run as `python standin.py NAME ARGS...` from a wrapper named NAME on PATH. It ap
 (name, argv, env, cwd as a Python literal, read back with `ast.literal_eval`) to $STANDIN_LOG, then
 does the least the script needs to go on: servers stay up until killed (the script checks they are
 alive), `uv venv` creates the aiperf venv's stand-ins, `pip show` names a version, the torch-lib
-query prints a directory. Everything else exits 0.
+query prints a directory, `hf download --local-dir` leaves a config.json and a shard. Everything else exits 0.
 
 A script starts about 30 of these per point: the module imports only `os` and `sys` up front (json
 and pathlib would double each start's CPU time).
@@ -54,6 +54,20 @@ def _uv(argv: list[str]) -> None:
             target.chmod(0o755)
 
 
+def _hf(argv: list[str]) -> None:
+    # a download into --local-dir leaves what the scripts' completeness checks look for; only inside the
+    # capture's work dir (a launcher's real path, /scratch/..., is never created on this machine)
+    work = os.path.dirname(os.environ["STANDIN_BIN"]) + os.sep
+    if argv[:1] == ["download"] and "--local-dir" in argv:
+        target = os.path.abspath(argv[argv.index("--local-dir") + 1])
+        if not target.startswith(work):
+            return
+        os.makedirs(target, exist_ok=True)
+        for name in ("config.json", "model.safetensors"):
+            with open(os.path.join(target, name), "a"):
+                pass
+
+
 def main() -> None:
     name, argv = sys.argv[1], sys.argv[2:]
     _record(name, argv)
@@ -64,6 +78,8 @@ def main() -> None:
         _python(argv)
     elif name == "uv":
         _uv(argv)
+    elif name == "hf":
+        _hf(argv)
 
 
 if __name__ == "__main__":
