@@ -26,18 +26,19 @@ TABLE = ROOT / "docs" / "upstream-differences.yaml"
 SCRIPTS = FIXTURES / "scripts"
 
 # The reviewed scripts of the two seed keys (fixtures SOURCE.txt): PR #2597's final Kimi-K3 MTP script,
-# and the DeepSeek-V4 B200 script PR #2231 merged, each with its own benchmark_lib.sh, and the MODEL_PATH
-# each key's launcher exports.
+# and the DeepSeek-V4 B200 script PR #2231 merged, each with its own benchmark_lib.sh. The model is a stand-in
+# checkpoint staged where the launcher's MODEL_PATH points (slurmx recipes check does the same), compared as
+# $MODEL_PATH on both sides.
 SEED_UPSTREAM = {
     "kimik3-fp4-b300-vllm-agentic-dspark-lmcache": Upstream(
         SCRIPTS / "kimik3_fp4_b300_vllm_mtp.pr2597-db0544043.sh",
         SCRIPTS / "benchmark_lib.pr2597-db0544043.sh",
-        "/scratch/models/Kimi-K3",  # launch_b300-nv: a STAGED_MODELS entry under HF_HUB_CACHE_MOUNT
+        "{work}/models/Kimi-K3",
     ),
     "dsv4-fp4-b200-vllm-agentic-lmcache": Upstream(
         SCRIPTS / "dsv4_fp4_b200_vllm.main-01e9e73a2.sh",
         SCRIPTS / "benchmark_lib.pr2231.sh",
-        "/lustre/fsw/models/deepseek-v4-pro",  # launch_b200-dgxc's dsv4 fp4 default
+        "{work}/models/deepseek-v4-pro",
     ),
 }
 
