@@ -16,6 +16,10 @@ ALLOWED = {
     "backends/vllm_simple.py",  # vLLM's own CPU offload connector
     # Dynamo's vLLM workers, rendered only; the module moves into submit/render.py (issue 21, another part)
     "node/disagg.py",
+    # InferenceX's oracle: stand-ins named for the programs its unchanged scripts start (vllm, vllm-router)
+    "upstream/capture.py",
+    "upstream/facts.py",
+    "upstream/standin.py",
 }
 
 

@@ -14,7 +14,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slurmx import paths
+from slurmx import engines, paths
 from slurmx.commands.render import point_processes
 from slurmx.config.load import load_clusters
 from slurmx.errors import UserError
@@ -61,14 +61,14 @@ def inferencex_inputs(tree: Path, keys: list[str], jobs: Path | None) -> Inputs:
     return inputs
 
 
-def agentic_vllm(point: Point) -> bool:
-    return point.framework == "vllm" and point.scenario == "agentic-coding" and not point.multinode
+def default_engine_agentic(point: Point) -> bool:
+    return point.framework == engines.default().name and point.scenario == "agentic-coding" and not point.multinode
 
 
 def _keys(inputs: Inputs, named: list[str], need_recipe: bool) -> list[str]:
     if named:
         return [k for k in named if inputs.key_points(k)]
-    keys = [k for k in inputs.config_keys() if all(agentic_vllm(p) for p in inputs.key_points(k))]
+    keys = [k for k in inputs.config_keys() if all(default_engine_agentic(p) for p in inputs.key_points(k))]
     return [k for k in keys if inputs.recipe_name(inputs.key_points(k)[0]) is not None] if need_recipe else keys
 
 
@@ -109,6 +109,8 @@ def run_check(args: argparse.Namespace) -> int:
     compared, skipped = check_keys(args.inferencex, inputs, keys)
     for line in skipped:
         print(f"slurmx: recipes check: skipped {line}", file=sys.stderr)
+    for error in inputs.errors:  # a named key DIR's masters lack, or cannot expand
+        print(f"slurmx: error: {error}", file=sys.stderr)
     problems: list[str] = []
     used: set[str] = set()
     for key in dict.fromkeys(c.key for c in compared):
@@ -131,6 +133,4 @@ def run_check(args: argparse.Namespace) -> int:
         f"recipes check: {keys_done} keys, {len(compared)} points, {facts} facts compared, "
         f"{len(used)} declared rows used: every difference declared"
     )
-    for error in inputs.errors:
-        print(f"slurmx: error: {error}", file=sys.stderr)
     return 2 if skipped or inputs.errors or not compared else 0
