@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("collect",),  # what the login node reads: rows, repeats, compare, plots, report (never node/)
     ("node",),  # the job body
     ("submit", "status"),  # stages run from a login node
+    ("upstream",),  # InferenceX's scripts captured as the oracle, compared with slurmx's resolved points
     ("commands", "cli", "__main__"),  # argument parsing and printing
 )
 LAYER_OF = {name: index for index, names in enumerate(LAYERS) for name in names}

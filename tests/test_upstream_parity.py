@@ -1,86 +1,56 @@
 """`slurmx render` of every point of both seed keys against what InferenceX's own scripts start.
 
 The reference is captured, not transcribed: the upstream per-model script runs with its
-benchmark_lib.sh under recording stand-ins (tests/helpers/upstream_capture.py). Every difference
+benchmark_lib.sh under recording stand-ins (slurmx/upstream/capture.py). Every difference
 must be a row of docs/upstream-differences.yaml (upstream value, slurmx value, why); a new one fails,
 and so does a row that no point needs any more (so removing a row that is needed fails too).
 """
 
 from __future__ import annotations
 
-import re
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from slurmx.inputs import load_inputs
-from slurmx.node import provision
-from slurmx.runtimes import runtime_for
 from slurmx.submit.render import point_processes
-from slurmx.submit.resolved import Resolved, resolve_points
+from slurmx.submit.resolved import resolve_points
+from slurmx.upstream.capture import Upstream
+from slurmx.upstream.compare import PointCompare, compare_point
+from slurmx.upstream.declared import Declared, load_declared
 from tests.conftest import FIXTURES
-from tests.helpers.upstream_capture import SEED_UPSTREAM, Capture, capture
-from tests.helpers.upstream_diff import (
-    Declared,
-    Difference,
-    Facts,
-    differences,
-    load_declared,
-    slurmx_facts,
-    upstream_facts,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "docs" / "upstream-differences.yaml"
-STANDIN_TORCH_LIB = "/standin/torch/lib"
-_EXPORT = re.compile(r"export (\w+)=(\S*)$")
+SCRIPTS = FIXTURES / "scripts"
 
-
-@dataclass
-class PointCompare:
-    key: str
-    resolved: Resolved
-    capture: Capture
-    diffs: list[Difference]
-
-
-def _job_env(item: Resolved) -> dict[str, str]:
-    """What the sbatch preamble exports for every process of the job."""
-    lines = runtime_for(item.profile, item.point.image).setup_lines()
-    return {m.group(1): m.group(2) for line in lines if (m := _EXPORT.match(line))}
-
-
-def _provision_facts(item: Resolved) -> Facts:
-    """The job body's provisioning step (slurmx.node.provision), as facts: what it installs, checks and
-    downloads, named as the upstream capture names the script's own actions."""
-    assert item.serving is not None
-    steps = provision.plan(item.serving, runtime_for(item.profile, item.point.image))
-    return {("provision", s.item): s.value for s in steps}
-
-
-def _compare(key: str, item: Resolved, scripts: Path) -> PointCompare:
-    with tempfile.TemporaryDirectory(prefix="slurmx-upstream-") as work:
-        cap = capture(item.point, SEED_UPSTREAM[key], scripts, Path(work))
-        # the torch the stand-in python3 reports: the directory provisioning finds on the node
-        paths = {f"{work}/result": "$RESULT_DIR", work: "<work>", STANDIN_TORCH_LIB: provision.REVIEW_TORCH_LIB}
-        upstream = upstream_facts(cap, paths)
-    assert item.serving is not None
-    ours = slurmx_facts(point_processes(item), _job_env(item), _provision_facts(item))
-    return PointCompare(key, item, cap, differences(upstream, ours))
+# The reviewed scripts of the two seed keys (fixtures SOURCE.txt): PR #2597's final Kimi-K3 MTP script,
+# and the DeepSeek-V4 B200 script PR #2231 merged, each with its own benchmark_lib.sh. The model is a stand-in
+# checkpoint staged where the launcher's MODEL_PATH points (slurmx recipes check does the same), compared as
+# $MODEL_PATH on both sides.
+SEED_UPSTREAM = {
+    "kimik3-fp4-b300-vllm-agentic-dspark-lmcache": Upstream(
+        SCRIPTS / "kimik3_fp4_b300_vllm_mtp.pr2597-db0544043.sh",
+        SCRIPTS / "benchmark_lib.pr2597-db0544043.sh",
+        "{work}/models/Kimi-K3",
+    ),
+    "dsv4-fp4-b200-vllm-agentic-lmcache": Upstream(
+        SCRIPTS / "dsv4_fp4_b200_vllm.main-01e9e73a2.sh",
+        SCRIPTS / "benchmark_lib.pr2231.sh",
+        "{work}/models/deepseek-v4-pro",
+    ),
+}
 
 
 @pytest.fixture(scope="module")
 def compared() -> list[PointCompare]:
-    scripts = FIXTURES / "scripts"
-    if not scripts.exists():
-        pytest.skip(f"upstream InferenceX scripts not found at {scripts}")
+    if not SCRIPTS.exists():
+        pytest.skip(f"upstream InferenceX scripts not found at {SCRIPTS}")
     inputs = load_inputs(None, None, list(SEED_UPSTREAM))
     jobs = [(key, item) for key in SEED_UPSTREAM for item in resolve_points(inputs.key_points(key), inputs)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda job: _compare(job[0], job[1], scripts), jobs))
+        return list(pool.map(lambda job: compare_point(job[0], job[1], SEED_UPSTREAM[job[0]], point_processes), jobs))
 
 
 def _undeclared(compared: list[PointCompare], table: list[Declared]) -> list[str]:

@@ -23,12 +23,13 @@ class Inputs:
     errors: list[UserError] = field(default_factory=list)  # one per bad key: the other keys go on without it
     # --inferencex DIR: the user's InferenceX checkout (its benchmarks/ and runners/ are read from here)
     inferencex: Path | None = None
+    jobs_dir: Path | None = None  # the recipes' directory; None: paths.jobs_dir()
     _recipes: Recipes | None = field(default=None, repr=False)
 
     def recipes(self) -> Recipes:
         """Loaded on first use: `slurmx plan` of a key without recipes never reads jobs/."""
         if self._recipes is None:
-            self._recipes = load_recipes(paths.jobs_dir())
+            self._recipes = load_recipes(self.jobs_dir or paths.jobs_dir())
         return self._recipes
 
     def recipe_name(self, point: Point) -> str | None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -39,6 +40,7 @@ class ToyEngine:
     health_path = "/alive"
     spec_methods = frozenset({"none"})
     distributions: tuple[str, ...] = ("toyserve",)
+    upstream_programs: Mapping[str, str] = MappingProxyType({"toyserve": "engine"})
     metrics = EngineMetrics(
         prefix="toy:", prefix_queries="toy:lookups", prefix_hits="toy:hits", external_queries="toy:ext_lookups",
         external_hits="toy:ext_hits", prompt_tokens="toy:prompt", generation_tokens="toy:generated",

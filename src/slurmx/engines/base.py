@@ -101,6 +101,9 @@ class Engine(Protocol):
     spec_methods: frozenset[str]
     # Distributions whose versions the lock records, the engine's own first (its version: the first found).
     distributions: tuple[str, ...]
+    # The server programs InferenceX's scripts start for this engine, by the slurmx process each one is
+    # (the drift check's stand-ins and the facts it compares).
+    upstream_programs: Mapping[str, str]
     metrics: EngineMetrics
     kv_pool_log: KvPoolLog
     hash_env: frozenset[str]  # env that decides the engine's prefix-cache block keys (recipe-wide only)

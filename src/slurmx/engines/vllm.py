@@ -65,6 +65,7 @@ class VLLM:
     kv_pool_log = KV_POOL_LOG
     hash_env = frozenset({"VLLM_PREFIX_CACHE_HASH_SEED"})
     tool_call_flags: tuple[str, ...] = ("--enable-auto-tool-choice", "--tool-call-parser")
+    upstream_programs: Mapping[str, str] = MappingProxyType({"vllm": "engine", "vllm-router": "router"})
     loads_connectors = True
     # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
     spec_methods = frozenset({"none", "mtp"})

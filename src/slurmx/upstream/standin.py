@@ -1,10 +1,10 @@
-"""A recording stand-in for a program an upstream InferenceX script starts (vllm, lmcache, aiperf, pip...).
+"""A recording stand-in for a program an upstream InferenceX script starts (the engine, lmcache, aiperf, pip...).
 
-Run as `python standin.py NAME ARGS...` from a wrapper named NAME on PATH. It appends one line
+Run as `python standin.py server|tool NAME ARGS...` from a wrapper named NAME on PATH. It appends one line
 (name, argv, env, cwd as a Python literal, read back with `ast.literal_eval`) to $STANDIN_LOG, then
 does the least the script needs to go on: servers stay up until killed (the script checks they are
 alive), `uv venv` creates the aiperf venv's stand-ins, `pip show` names a version, the torch-lib
-query prints a directory. Everything else exits 0.
+query prints a directory, `hf download --local-dir` leaves a config.json and a shard. Everything else exits 0.
 
 A script starts about 30 of these per point: the module imports only `os` and `sys` up front (json
 and pathlib would double each start's CPU time).
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import sys
 
-SERVERS = {"vllm", "lmcache", "vllm-router", "mooncake_master"}
 FAKE_TORCH_LIB = "/standin/torch/lib"
 REAL_SLEEP = "/bin/sleep"
 
@@ -54,16 +53,32 @@ def _uv(argv: list[str]) -> None:
             target.chmod(0o755)
 
 
+def _hf(argv: list[str]) -> None:
+    # a download into --local-dir leaves what the scripts' completeness checks look for; only inside the
+    # capture's work dir (a launcher's real path, /scratch/..., is never created on this machine)
+    work = os.path.dirname(os.environ["STANDIN_BIN"]) + os.sep
+    if argv[:1] == ["download"] and "--local-dir" in argv:
+        target = os.path.abspath(argv[argv.index("--local-dir") + 1])
+        if not target.startswith(work):
+            return
+        os.makedirs(target, exist_ok=True)
+        for name in ("config.json", "model.safetensors"):
+            with open(os.path.join(target, name), "a"):
+                pass
+
+
 def main() -> None:
-    name, argv = sys.argv[1], sys.argv[2:]
+    kind, name, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
     _record(name, argv)
-    if name in SERVERS:
+    if kind == "server":
         # alive until the harness ends the script's session (the real sleep: `sleep` on PATH is a stand-in)
         os.execv(REAL_SLEEP, ["sleep", "600"])
     if name in ("python3", "python"):
         _python(argv)
     elif name == "uv":
         _uv(argv)
+    elif name == "hf":
+        _hf(argv)
 
 
 if __name__ == "__main__":

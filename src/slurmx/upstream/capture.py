@@ -3,7 +3,7 @@
 The script and its benchmark_lib.sh are copied into InferenceX's tree layout (the script sources
 `$(dirname $0)/../../benchmark_lib.sh`) and run by bash, unchanged, with the env InferenceX's
 launcher and workflow give a point, and a PATH whose first directory holds stand-ins for every
-program the scripts start (tests/helpers/standin.py). Each started program's argv and full env is
+program the scripts start (slurmx/upstream/standin.py). Each started program's argv and full env is
 the reference: what InferenceX really runs, from its own code.
 
 `sleep` on that PATH sleeps 20 ms whatever it is asked: the scripts' sleeps are polls (a server
@@ -24,12 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmx import engines
 from slurmx.node import procscan
 from slurmx.plan import Point
 
+# servers the scripts start and keep running: every engine's, and the backends' own
+SERVER_STANDINS = (*(p for e in engines.REGISTRY.values() for p in e.upstream_programs), "lmcache", "mooncake_master")
 STANDINS = (
-    "vllm", "lmcache", "vllm-router", "mooncake_master", "aiperf", "python3", "python", "hf", "uv", "git",
-    "nvidia-smi", "curl", "nm", "ldd", "apt-get",
+    *SERVER_STANDINS, "aiperf", "python3", "python", "hf", "uv", "git", "nvidia-smi", "curl", "nm", "ldd", "apt-get",
 )  # fmt: skip
 PORT = 8888  # the launchers' srun --export=ALL,PORT=8888
 POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
@@ -37,27 +39,14 @@ POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
 
 @dataclass(frozen=True)
 class Upstream:
-    """Which upstream files a seed key's points run (the fixture suffixes name ref and commit)."""
+    """Which upstream files a key's points run, and what its launcher exports beyond the workflow's env."""
 
-    script: str
-    lib: str
-    model_path: str  # what the key's launcher exports as MODEL_PATH
-
-
-# The reviewed scripts of the two seed keys (fixtures SOURCE.txt): PR #2597's final Kimi-K3 MTP script,
-# and the DeepSeek-V4 B200 script PR #2231 merged, each with its own benchmark_lib.sh.
-SEED_UPSTREAM = {
-    "kimik3-fp4-b300-vllm-agentic-dspark-lmcache": Upstream(
-        "kimik3_fp4_b300_vllm_mtp.pr2597-db0544043.sh",
-        "benchmark_lib.pr2597-db0544043.sh",
-        "/scratch/models/Kimi-K3",  # launch_b300-nv: a STAGED_MODELS entry under HF_HUB_CACHE_MOUNT
-    ),
-    "dsv4-fp4-b200-vllm-agentic-lmcache": Upstream(
-        "dsv4_fp4_b200_vllm.main-01e9e73a2.sh",
-        "benchmark_lib.pr2231.sh",
-        "/lustre/fsw/models/deepseek-v4-pro",  # launch_b200-dgxc's dsv4 fp4 default
-    ),
-}
+    script: Path  # the per-model agentic script
+    lib: Path  # the benchmark_lib.sh it sources
+    # what the key's launcher exports as MODEL_PATH; under "{work}/" a staged stand-in checkpoint (a
+    # config.json and one shard: what the scripts' completeness checks look for) in the capture's work dir
+    model_path: str
+    launcher_env: tuple[tuple[str, str], ...] = ()  # other exports of the launcher (e.g. MODEL=MODEL_PATH)
 
 
 @dataclass(frozen=True)
@@ -90,7 +79,7 @@ def launcher_env(point: Point, upstream: Upstream, result_dir: Path, home: Path)
     backend = point.kv_offload_backend
     return {
         "MODEL": point.model,
-        "MODEL_PATH": upstream.model_path,
+        "MODEL_PATH": upstream.model_path.replace("{work}", str(home.parent)),
         "MODEL_PREFIX": point.model_prefix,
         "PRECISION": point.precision,
         "FRAMEWORK": point.framework,
@@ -121,6 +110,7 @@ def launcher_env(point: Point, upstream: Upstream, result_dir: Path, home: Path)
         "PORT": str(PORT),
         "HOME": str(home),
         "LANG": "C.UTF-8",
+        **{k: v.replace("{work}", str(home.parent)) for k, v in upstream.launcher_env},
     }
 
 
@@ -129,11 +119,19 @@ def _stand_ins(bin_dir: Path) -> None:
     standin = Path(__file__).with_name("standin.py")
     for name in STANDINS:
         wrapper = bin_dir / name
-        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S -E {standin} {name} "$@"\n')
+        kind = "server" if name in SERVER_STANDINS else "tool"  # a server stand-in stays up until killed
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S -E {standin} {kind} {name} "$@"\n')
         wrapper.chmod(0o755)
     sleep = bin_dir / "sleep"
     sleep.write_text(f"#!/bin/sh\nexec /bin/sleep {POLL_SLEEP_S}\n")
     sleep.chmod(0o755)
+
+
+def stage_checkpoint(directory: Path) -> None:
+    """A stand-in checkpoint: what the scripts check before skipping a download (config.json, a shard)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text("{}\n")
+    (directory / "model.safetensors").write_text("")
 
 
 def _settle(pgid: int, bound_s: float = 30.0) -> None:
@@ -154,13 +152,15 @@ def _settle(pgid: int, bound_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def capture(point: Point, upstream: Upstream, scripts_dir: Path, work: Path, timeout_s: float = 120) -> Capture:
+def capture(point: Point, upstream: Upstream, work: Path, timeout_s: float = 120) -> Capture:
     """Run the upstream script for `point` with stand-ins; every program it started, in order."""
     agentic = work / "ix" / "benchmarks" / "single_node" / "agentic"
     agentic.mkdir(parents=True)
     script = agentic / f"{point.model_prefix}_{point.precision}_script.sh"
-    script.write_text((scripts_dir / upstream.script).read_text())
-    (work / "ix" / "benchmarks" / "benchmark_lib.sh").write_text((scripts_dir / upstream.lib).read_text())
+    script.write_text(upstream.script.read_text())
+    (work / "ix" / "benchmarks" / "benchmark_lib.sh").write_text(upstream.lib.read_text())
+    if upstream.model_path.startswith("{work}/"):
+        stage_checkpoint(Path(upstream.model_path.replace("{work}", str(work))))
     bin_dir, home, workspace = work / "bin", work / "home", work / "workspace"
     _stand_ins(bin_dir)
     home.mkdir()

@@ -16,19 +16,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from slurmx import engines
+from slurmx.node import provision
 from slurmx.process import Process
-from tests.helpers.upstream_capture import Capture, Started
+from slurmx.runtimes import runtime_for
+from slurmx.submit.resolved import Resolved
+from slurmx.upstream.capture import Capture, Started
 
 # Upstream program -> slurmx process name.
-PROCESS = {"vllm": "engine", "lmcache": "lmcache", "vllm-router": "router", "aiperf": "replay"}
+PROCESS = {
+    **{p: name for e in engines.REGISTRY.values() for p, name in e.upstream_programs.items()},
+    "lmcache": "lmcache",
+    "aiperf": "replay",
+}
 _NUMBER = re.compile(r"-?\d+(\.\d+)?([eE]-?\d+)?")
+_EXPORT = re.compile(r"export (\w+)=(\S*)$")
+# the torch lib dir the stand-in python3 reports (standin.FAKE_TORCH_LIB)
+STANDIN_TORCH_LIB = "/standin/torch/lib"
 
 Facts = dict[tuple[str, str], str]
 
 
-def _number(text: str) -> str:
+def number(text: str) -> str:
     if _NUMBER.fullmatch(text):
         value = float(text)
         return str(int(value)) if value.is_integer() else repr(value)
@@ -44,7 +53,7 @@ def _leaves(prefix: str, value: Any) -> dict[str, str]:
     if isinstance(value, bool) or value is None:
         return {prefix: json.dumps(value)}
     if isinstance(value, (int, float)):
-        return {prefix: _number(str(value))}
+        return {prefix: number(str(value))}
     if isinstance(value, str):
         return {prefix: value}
     return {prefix: json.dumps(value, separators=(",", ":"))}
@@ -69,7 +78,7 @@ def argv_facts(process: str, argv: list[str], paths: Mapping[str, str]) -> Facts
             if value[:1] in "{[" and value:
                 facts.update({(process, k): v for k, v in _leaves(item, json.loads(value)).items()})
             else:
-                facts[(process, item)] = _number(_paths(value, paths))
+                facts[(process, item)] = number(_paths(value, paths))
         else:
             facts[(process, f"arg{positional}")] = _paths(token, paths)
             positional += 1
@@ -141,7 +150,10 @@ def _unwrap(argv: list[str]) -> list[str]:
     return argv[i:]
 
 
-def slurmx_facts(processes: list[Process], job_env: Mapping[str, str], provision: Facts) -> Facts:
+def slurmx_facts(
+    processes: list[Process], job_env: Mapping[str, str], provision: Facts, paths: Mapping[str, str] | None = None
+) -> Facts:
+    paths = paths or {}
     facts: Facts = {}
     for process in processes:
         argv = _unwrap(process.argv)
@@ -152,8 +164,8 @@ def slurmx_facts(processes: list[Process], job_env: Mapping[str, str], provision
             facts[(process.name, "numa placement")] = " ".join(argv[:i])
             argv = argv[i:]
         facts[(process.name, "program")] = Path(argv[0]).name
-        facts.update(argv_facts(process.name, argv[1:], {}))
-        facts.update(env_facts(process.name, {**job_env, **process.env}, {}))
+        facts.update(argv_facts(process.name, argv[1:], paths))
+        facts.update(env_facts(process.name, {**job_env, **process.env}, paths))
     facts.update(provision)
     return facts
 
@@ -178,49 +190,39 @@ def differences(upstream: Facts, ours: Facts) -> list[Difference]:
     return out
 
 
-@dataclass(frozen=True)
-class Declared:
-    """One reviewed row of the table: a difference that is meant, and why."""
-
-    keys: tuple[str, ...]  # config keys it applies to; () for all
-    processes: tuple[str, ...]  # the processes it applies to
-    item: str
-    upstream: str | None
-    slurmx: str | None
-    kind: str
-    why: str
-
-    def covers(self, key: str, diff: Difference) -> bool:
-        return (
-            (not self.keys or key in self.keys)
-            and diff.process in self.processes
-            and (self.item, self.upstream, self.slurmx) == (diff.item, diff.upstream, diff.slurmx)
-        )
+def job_env(item: Resolved) -> dict[str, str]:
+    """What the sbatch preamble exports for every process of the job."""
+    lines = runtime_for(item.profile, item.point.image).setup_lines()
+    return {m.group(1): m.group(2) for line in lines if (m := _EXPORT.match(line))}
 
 
-KINDS = {"review-bug-fixed", "run-time-port", "deliberate", "cluster-layout", "open"}
+def slurmx_provision_facts(item: Resolved) -> Facts:
+    """The job body's provisioning step (slurmx.node.provision), as facts: what it installs, checks and
+    downloads, named as the upstream capture names the script's own actions."""
+    assert item.serving is not None
+    steps = provision.plan(item.serving, runtime_for(item.profile, item.point.image))
+    return {("provision", s.item): s.value for s in steps}
 
 
-def load_declared(path: Path) -> list[Declared]:
-    rows = yaml.safe_load(path.read_text())["differences"]
-    out = []
-    for n, row in enumerate(rows):
-        assert set(row) <= {"keys", "processes", "item", "upstream", "slurmx", "kind", "why"}, f"row {n}: {row}"
-        assert row["kind"] in KINDS, f"row {n}: kind {row['kind']!r} not in {sorted(KINDS)}"
-        assert row.get("why"), f"row {n}: every declared difference says why"
+MODEL_PATH = "$MODEL_PATH"  # where each side keeps the weights (cluster layout): compared as this placeholder
 
-        def text(value: object) -> str | None:
-            return None if value is None else _number(str(value)) if not isinstance(value, str) else value
 
-        out.append(
-            Declared(
-                keys=tuple(row.get("keys", ())),
-                processes=tuple(row["processes"]),
-                item=row["item"],
-                upstream=text(row["upstream"]),
-                slurmx=text(row["slurmx"]),
-                kind=row["kind"],
-                why=row["why"],
-            )
-        )
-    return out
+def capture_paths(work: str, model_path: str) -> dict[str, str]:
+    """Run-specific paths of a capture, as placeholders: the staged model, its result dir, its work dir,
+    the stand-in torch (most specific first: they are replaced in order)."""
+    staged = {model_path.replace("{work}", work): MODEL_PATH} if model_path.startswith("{work}/") else {}
+    return {
+        **staged,
+        f"{work}/result": "$RESULT_DIR",
+        work: "<work>",
+        STANDIN_TORCH_LIB: provision.REVIEW_TORCH_LIB,
+    }
+
+
+def point_facts(item: Resolved, processes: list[Process], staged: bool) -> Facts:
+    """slurmx's facts of one resolved point: its processes (render's point_processes), job env, provisioning;
+    `staged` (the capture staged the model): the model's path in the runtime as MODEL_PATH too."""
+    assert item.serving is not None
+    model = runtime_for(item.profile, item.point.image).model_path(item.serving.model)
+    paths = {model: MODEL_PATH} if staged else {}
+    return slurmx_facts(processes, job_env(item), slurmx_provision_facts(item), paths)

@@ -1,0 +1,125 @@
+"""`slurmx recipes check|import --inferencex DIR [KEY...]`: serving recipes against InferenceX's own scripts.
+
+`check` runs, for every point of each key, the agentic script DIR's launcher would pick, unchanged, under
+recording stand-ins, renders slurmx's point, and compares them fact by fact (flags, JSON leaves, env,
+provisioning): each is the same, a declared difference (a reviewed row with its reason), or undeclared;
+a declared row no point needs is stale. Exit 1 on any undeclared or stale row, one line each.
+`import` derives a recipe from the same captures (slurmx.upstream.derive) and writes it to jobs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from slurmx import engines, paths
+from slurmx.errors import UserError
+from slurmx.inputs import Inputs, load_inputs
+from slurmx.plan import Point
+from slurmx.recipes.resolve import match_values
+from slurmx.submit.render import point_processes
+from slurmx.submit.resolved import Resolved, resolve_runnable
+from slurmx.upstream.compare import PointCompare, compare_point, stale, undeclared
+from slurmx.upstream.declared import Declared, load_declared
+from slurmx.upstream.inferencex import upstream_for
+
+GENERIC_TABLE = Path(__file__).resolve().parents[3] / "docs" / "upstream-differences.yaml"
+DIFFERENCES_DIR = "differences"  # jobs/differences/<recipe file stem>.yaml: an imported key's declared rows
+WORKERS = 2  # captures are bash + ~30 stand-in starts each; this machine has two cores
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("recipes", help="check or import serving recipes against InferenceX's scripts")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    check = actions.add_parser("check", help="compare every point's processes with InferenceX's script")
+    for action in (check,):
+        action.add_argument("keys", nargs="*", metavar="KEY", help="config keys (default: see --help of the action)")
+        action.add_argument("--inferencex", type=Path, required=True, metavar="DIR", help="an InferenceX checkout")
+        action.add_argument("--jobs", type=Path, metavar="DIR", help="recipe directory (default: jobs/)")
+    check.set_defaults(func=run_check)
+
+
+def inferencex_inputs(tree: Path, keys: list[str], jobs: Path | None) -> Inputs:
+    """DIR's masters on DIR's hardware figures with slurmx's cluster profiles (the general `--inferencex`
+    reading), every key when none is named; `jobs`: a recipe directory instead of jobs/."""
+    inputs = load_inputs(None, None, keys, all_keys=not keys, keep_going=True, inferencex=tree)
+    if jobs is not None:
+        inputs.jobs_dir = jobs
+    return inputs
+
+
+def default_engine_agentic(point: Point) -> bool:
+    return point.framework == engines.default().name and point.scenario == "agentic-coding" and not point.multinode
+
+
+def _keys(inputs: Inputs, named: list[str], need_recipe: bool) -> list[str]:
+    if named:
+        return [k for k in named if inputs.key_points(k)]
+    keys = [k for k in inputs.config_keys() if all(default_engine_agentic(p) for p in inputs.key_points(k))]
+    return [k for k in keys if inputs.recipe_name(inputs.key_points(k)[0]) is not None] if need_recipe else keys
+
+
+def table_for(jobs: Path, inputs: Inputs, key: str) -> list[Declared]:
+    """The generic table (docs/upstream-differences.yaml) and the key's recipe's own, beside it."""
+    table = load_declared(GENERIC_TABLE)
+    found = inputs.recipes().find(match_values(inputs.key_points(key)[0]))
+    if found is not None:
+        own = jobs / DIFFERENCES_DIR / f"{found.path.stem}.yaml"
+        if own.is_file():
+            table += load_declared(own)
+    return table
+
+
+def check_keys(tree: Path, inputs: Inputs, keys: list[str]) -> tuple[list[PointCompare], list[str]]:
+    """Every point of every key compared; the keys slurmx cannot render yet, each with why."""
+    jobs: list[tuple[str, Resolved]] = []
+    skipped = []
+    for key in keys:
+        try:
+            resolved, refused = resolve_runnable(inputs.key_points(key), inputs)
+        except UserError as error:
+            skipped.append(f"{key}: {error}")
+            continue
+        skipped += [f"{key} {p.exp_name}: {why}" for p, why in refused]
+        jobs += [(key, item) for item in resolved]
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        compared = list(
+            pool.map(lambda j: compare_point(j[0], j[1], upstream_for(tree, j[1].point), point_processes), jobs)
+        )
+    return compared, skipped
+
+
+def run_check(args: argparse.Namespace) -> int:
+    inputs = inferencex_inputs(args.inferencex, args.keys, args.jobs)
+    jobs = args.jobs or paths.jobs_dir()
+    keys = _keys(inputs, args.keys, need_recipe=True)
+    compared, skipped = check_keys(args.inferencex, inputs, keys)
+    for line in skipped:
+        print(f"slurmx: recipes check: skipped {line}", file=sys.stderr)
+    for error in inputs.errors:  # a named key DIR's masters lack, or cannot expand
+        print(f"slurmx: error: {error}", file=sys.stderr)
+    problems: list[str] = []
+    used: set[str] = set()
+    for key in dict.fromkeys(c.key for c in compared):
+        mine = [c for c in compared if c.key == key]
+        table = table_for(jobs, inputs, key)
+        problems += [f"{c.where()}: undeclared: {d.line()}" for c, d in undeclared(mine, table)]
+        problems += [
+            f"{key}: {row.where}: stale declared row: {'/'.join(row.processes)} {row.item}"
+            for row in stale(mine, table)
+        ]
+        used |= {row.where for c in mine for d in c.diffs for row in table if row.covers(key, d)}
+    failed = [f"{c.where()}: upstream script exited {c.capture.returncode}" for c in compared if c.capture.returncode]
+    for line in failed + problems:
+        print(line)
+    if failed or problems:
+        return 1
+    facts = sum(len(set(c.upstream) | set(c.ours)) for c in compared)
+    keys_done = len({c.key for c in compared})
+    print(
+        f"recipes check: {keys_done} keys, {len(compared)} points, {facts} facts compared, "
+        f"{len(used)} declared rows used: every difference declared"
+    )
+    return 2 if skipped or inputs.errors or not compared else 0

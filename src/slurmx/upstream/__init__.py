@@ -1,0 +1,1 @@
+"""InferenceX's own scripts as the oracle: capture what they start, compare it with slurmx's render."""

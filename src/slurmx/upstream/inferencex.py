@@ -1,0 +1,61 @@
+"""An InferenceX checkout: which agentic script its launcher picks for a point, and what it exports."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+from slurmx.errors import UserError
+from slurmx.plan import Point
+from slurmx.upstream.capture import Upstream
+
+AGENTIC = Path("benchmarks/single_node/agentic")
+LIB = Path("benchmarks/benchmark_lib.sh")
+
+
+def launcher(tree: Path, point: Point) -> Path:
+    return tree / "runners" / f"launch_{point.runner.removeprefix('cluster:')}.sh"
+
+
+def script_candidates(point: Point) -> list[str]:
+    """The launchers' pick (launch_b200-dgxc.sh, launch_b300-nv.sh): the framework-tagged name, else the
+    historical name without the engine (`_trt` for trt); the GPU is the cluster label's first part."""
+    gpu = point.runner.removeprefix("cluster:").split("-")[0]
+    base = f"{point.exp_name.split('_')[0]}_{point.precision}_{gpu}"
+    mtp = "_mtp" if point.spec_decoding == "mtp" else ""
+    fallback = "_trt" if point.framework == "trt" else ""
+    return [f"{base}_{point.framework}{mtp}.sh", f"{base}{fallback}{mtp}.sh"]
+
+
+def script_for(tree: Path, point: Point) -> Path:
+    for name in script_candidates(point):
+        if (tree / AGENTIC / name).is_file():
+            return tree / AGENTIC / name
+    raise UserError(
+        f"{point.config_key}: no agentic script in {tree / AGENTIC} (looked for {', '.join(script_candidates(point))})"
+    )
+
+
+def upstream_for(tree: Path, point: Point) -> Upstream:
+    """What a point runs upstream. The model is staged as a stand-in checkpoint in the capture's work dir
+    (compared as $MODEL_PATH); a launcher that hands the script MODEL=$MODEL_PATH (b200-dgxc) does so here."""
+    model_path = "{work}/models/" + point.model.rsplit("/", 1)[-1]
+    run = launcher(tree, point)
+    rewrites_model = run.is_file() and 'export MODEL="$MODEL_PATH"' in run.read_text()
+    return Upstream(script_for(tree, point), tree / LIB, model_path, (("MODEL", model_path),) if rewrites_model else ())
+
+
+def content_digest(*files: Path) -> str:
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def git_commit(tree: Path) -> str | None:
+    """The checkout's commit, when DIR is a git checkout (None otherwise)."""
+    if not (tree / ".git").exists():
+        return None
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or None

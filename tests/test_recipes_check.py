@@ -1,0 +1,65 @@
+"""`slurmx recipes check` as a user runs it, on a copy of an InferenceX tree: unchanged it exits 0; one
+flag edited in the upstream script, it names that flag on every point and exits 1; a bad declared table
+is one located line, exit 2."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from slurmx.errors import ConfigError
+from slurmx.upstream.declared import load_declared
+from tests.conftest import FIXTURES
+from tests.test_cli_as_users_run_it import slurmx
+
+KEY = "kimik3-fp4-b300-vllm-agentic-dspark-lmcache"
+SCRIPT = Path("benchmarks/single_node/agentic/kimik3_fp4_b300_vllm_mtp.sh")
+NEEDED = (
+    Path("configs/nvidia-master.yaml"), Path("configs/amd-master.yaml"), Path("configs/runners.yaml"),
+    Path("runners/launch_b300-nv.sh"), Path("benchmarks/benchmark_lib.sh"), SCRIPT,
+)  # fmt: skip
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    source = FIXTURES / "repo-kimik3-b300-lmcache"
+    if not source.exists():
+        pytest.skip(f"InferenceX checkout not found at {source}")
+    copy = tmp_path / "inferencex"
+    for name in NEEDED:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source / name, copy / name)
+    return copy
+
+
+def test_check_of_an_unchanged_tree_exits_0_with_a_summary(tree: Path, tmp_path: Path) -> None:
+    proc = slurmx(["recipes", "check", "--inferencex", str(tree), KEY], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("recipes check: 1 keys, 4 points, ")
+    assert "declared rows used" in proc.stdout
+
+
+def test_check_names_an_edited_upstream_flag_and_exits_1(tree: Path, tmp_path: Path) -> None:
+    script = tree / SCRIPT
+    text = script.read_text()
+    assert text.count("--gpu-memory-utilization 0.90") == 1
+    script.write_text(text.replace("--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.85"))
+    proc = slurmx(["recipes", "check", "--inferencex", str(tree), KEY], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 4, lines  # one per point, nothing else
+    for line in lines:
+        assert line.startswith(f"{KEY} kimik3_tp8_conc")
+        assert "undeclared: engine --gpu-memory-utilization: upstream '0.85', slurmx '0.9'" in line
+
+
+def test_a_bad_declared_row_is_one_located_line(tmp_path: Path) -> None:
+    table = tmp_path / "t.yaml"
+    table.write_text(
+        "differences:\n- processes: [engine]\n  item: --x\n  upstream: null\n  slurmx: '1'\n  kind: odd\n  why: y\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_declared(table)
+    assert str(raised.value).startswith(f"{table}:6: kind: 'odd' not in")
