@@ -22,6 +22,7 @@ from slurmx.node.supervisor import Supervisor
 from slurmx.process import Process
 from slurmx.runtimes import runtime_for
 from slurmx.store.ledger import queue_point
+from slurmx.store.lockfile import NodeLock
 from slurmx.store.tree import ResultsTree
 from slurmx.submit.resolved import resolve_points
 
@@ -46,7 +47,8 @@ def start(
     )
     monkeypatch.setattr(serving_body, "preflight", lambda *a, **k: [])
     monkeypatch.setattr(serving_body, "launch_plan", lambda *a: plan)
-    monkeypatch.setattr(serving_body, "what_ran", lambda *a: {})
+    stub_lock = NodeLock(image=record.point.image, runtime="venv", node="node01", slurmx_version="test")
+    monkeypatch.setattr(serving_body, "what_ran", lambda *a: stub_lock)
     dirs = os.environ["PATH"].split(os.pathsep)
     if not numactl:  # the same host without numactl: every PATH entry that holds one is left out
         dirs = [d for d in dirs if not (Path(d) / "numactl").exists()]
@@ -59,7 +61,7 @@ def start(
         while time.monotonic() < deadline and "cpus" not in (point.path / "logs" / "lmcache.log").read_text():
             time.sleep(0.1)
         logs = {name: (point.path / "logs" / f"{name}.log").read_text() for name in ("lmcache", ENGINE)}
-    return point.path, {"lock": servers.lock, "logs": logs}
+    return point.path, {"lock": servers.lock.model_dump(mode="json"), "logs": logs}  # as lock.json holds it
 
 
 def test_bind_policy_places_the_lmcache_server_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
