@@ -50,6 +50,8 @@ def test_a_row_carries_every_column_from_its_result(tmp_path: Path) -> None:
         # no GPU telemetry in this result: no energy figures, and no power verdict
         "gpu_energy_j": None, "avg_gpu_w": None, "j_per_out_tok": None, "j_per_tok": None, "tok_s_per_kw": None,
         "power_invalid": None,
+        # the one valid point of its comparison group wins the North Star frontier and every gated view
+        "north_star": True, "frontier_views": "e2e_norm_intvty_p90;intvty_p50;ttft_p90_s;e2el_p90_s",
     }  # fmt: skip
     # every metric differs from the others, so a column fed from the wrong field shows
     numbers = [v for k, v in row.columns().items() if k.endswith(("_s", "_p50", "_p90", "_gpu"))]
