@@ -3,6 +3,7 @@ embedded plots, offline. Skips without Chromium, except under CI=true, where scr
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -71,6 +72,16 @@ def test_report_renders_its_table_and_images_in_a_headless_browser(
     assert arms is not None and arms.group(0).count("<tr>") == 1 + 6  # header + six points
     assert dom.stdout.count('src="data:image/png;base64,') == 2
     assert "broken1" in dom.stdout and "not valid JSON" in dom.stdout  # the invalid point and its reason
+    # the Pareto plot is drawn against the headline metric, with the North Star frontier of each arm
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", dom.stdout, re.S)
+    assert "E2E-normalized interactivity P90" in captions[0]
+    assert "North Star frontier · none" in captions[0] and "North Star frontier · lmcache" in captions[0]
+    table = re.search(r'<table id="frontier">.*?</table>', dom.stdout, re.S)
+    assert table is not None
+    shown = set(re.findall(r'<td class="l">((?:none|lmcache)\d+)</td>', table.group(0)))
+    summary = json.loads(sweep.summary_json.read_text())
+    winners = {w["point_id"] for g in summary["frontier"] for w in g["north_star"]}
+    assert shown == winners and winners  # the winners table is summary.json's North Star winners
 
     shot = tmp_path / "report.png"
     run = _browser(chromium, f"--screenshot={shot}", url)
@@ -90,3 +101,5 @@ def test_report_renders_its_table_and_images_in_a_headless_browser(
     for colour in ((31, 119, 180), (255, 127, 14)):
         hits = (abs(rgb - colour).sum(axis=2) < 30).sum()
         assert hits > 500, f"colour {colour} on {hits} pixels: the plots did not render"
+    gold = (abs(rgb - (230, 161, 0)).sum(axis=2) < 30).sum()  # plots.FRONTIER_COLOUR: the frontier is drawn
+    assert gold > 300, f"the frontier's gold on {gold} pixels: no frontier drawn"

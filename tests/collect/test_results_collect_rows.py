@@ -50,6 +50,8 @@ def test_a_row_carries_every_column_from_its_result(tmp_path: Path) -> None:
         # no GPU telemetry in this result: no energy figures, and no power verdict
         "gpu_energy_j": None, "avg_gpu_w": None, "j_per_out_tok": None, "j_per_tok": None, "tok_s_per_kw": None,
         "power_invalid": None,
+        # the one valid point of its comparison group wins the North Star frontier and every gated view
+        "north_star": True, "frontier_views": "e2e_norm_intvty_p90;intvty_p50;ttft_p90_s;e2el_p90_s",
     }  # fmt: skip
     # every metric differs from the others, so a column fed from the wrong field shows
     numbers = [v for k, v in row.columns().items() if k.endswith(("_s", "_p50", "_p90", "_gpu"))]
@@ -135,7 +137,7 @@ def test_collect_judges_a_result_with_the_error_threshold_the_node_gated_with(tm
         (path,) = (sweep.path / "points").glob("*/result.json")
         path.write_text(json.dumps(data))
         (row,) = col.collect([sweep]).rows
-        return row.values
+        return row.columns()  # Row has no `values` (a stale name): its columns are what the test reads
 
     # 30 errors of 200: 15 %, over the default 10 % but under a recipe's 20 %
     assert collected(0.20, 30)["valid"] is True

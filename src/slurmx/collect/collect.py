@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
@@ -19,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from slurmx.collect import frontier
 from slurmx.plan import parallelism_label
 from slurmx.results import gate
 from slurmx.results.schema import Result
@@ -99,6 +101,8 @@ class Row:
     j_per_tok: float | None
     tok_s_per_kw: float | None
     power_invalid: str | None
+    north_star: bool  # a winner of the North Star frontier of its comparison group (collect/frontier.py)
+    frontier_views: str  # ";"-joined views whose gated frontier it is on; "" for a dominated point
     result: Result = field(repr=False, compare=False, metadata={"column": False})  # the file, parsed
 
     def columns(self) -> dict[str, Any]:
@@ -233,7 +237,7 @@ def collect(
             else:
                 sr.skipped.append(_loser(row, previous))
     for sr in out:
-        sr.rows = add_ratios(sr.rows)
+        sr.rows = add_frontier(add_ratios(sr.rows))
         sr.warnings = version_warnings(sr.rows)
     return Collection(out)
 
@@ -343,6 +347,8 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> Row:
         j_per_tok=result.joules_per_total_token,
         tok_s_per_kw=energy.total_tokens_per_s_per_kw if energy and energy.power_valid else None,
         power_invalid=";".join(energy.reasons) if energy and not energy.power_valid else None,
+        north_star=False,
+        frontier_views="",
         result=result,
     )
 
@@ -374,6 +380,81 @@ def add_ratios(rows: list[Row]) -> list[Row]:
                 ttft_p90_ratio=_ratio(row.ttft_p90_s, base.ttft_p90_s),
             )
     return [ratioed.get(id(row), row) for row in rows]
+
+
+def comparison_group(row: Row) -> tuple[str, str, str, str]:
+    """InferenceX's comparison group of a frontier: model, hardware, precision, and the arm."""
+    r = row.result
+    return (r.model, r.hw, r.precision, row.arm)
+
+
+def add_frontier(rows: list[Row]) -> list[Row]:
+    """`rows`, in order, with each valid point's frontier flags: computed per comparison group on the point's
+    means over its valid repeats, so every repeat of a point carries the same flags; an invalid row is on none."""
+    points: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        if row.valid:
+            points.setdefault((row.config_key, row.point_id), []).append(row)
+    groups: dict[tuple[str, str, str, str], list[tuple[str, str]]] = {}
+    for key, members in points.items():
+        groups.setdefault(comparison_group(members[0]), []).append(key)
+    flags: dict[tuple[str, str], tuple[str, ...]] = {}
+    metrics = (frontier.Y_METRIC, *frontier.VIEWS)
+    for keys in groups.values():
+        coords = [{m: _mean(points[k], m) for m in metrics} for k in keys]
+        flags.update(zip(keys, frontier.frontiers(coords)))
+    out = []
+    for row in rows:
+        views = flags.get((row.config_key, row.point_id), ()) if row.valid else ()
+        out.append(replace(row, north_star=frontier.NORTH_STAR.key in views, frontier_views=";".join(views)))
+    return out
+
+
+def _mean(rows: list[Row], metric: str) -> float | None:
+    values = [v for r in rows if (v := r.metric(metric)) is not None]
+    return statistics.fmean(values) if values else None
+
+
+def frontier_json(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    """summary.json's "frontier": per comparison group, the North Star winners (their means over repeats),
+    each view's winners and the dominated points, by point id."""
+    points: dict[tuple[str, str], list[Row]] = {}
+    for row in sorted_rows(rows):
+        if row.valid:
+            points.setdefault((row.config_key, row.point_id), []).append(row)
+    groups: dict[tuple[str, str, str, str], list[list[Row]]] = {}
+    for members in points.values():
+        groups.setdefault(comparison_group(members[0]), []).append(members)
+    out = []
+    for (model, hw, precision, arm), group in groups.items():
+        winners = sorted((m for m in group if m[0].north_star), key=lambda m: _mean(m, "e2e_norm_intvty_p90") or 0.0)
+        out.append(
+            {
+                "model": model,
+                "hw": hw,
+                "precision": precision,
+                "arm": arm,
+                "north_star": [_winner(m) for m in winners],
+                "views": {
+                    key: [m[0].point_id for m in group if key in m[0].frontier_views.split(";")]
+                    for key in frontier.VIEWS
+                },
+                "dominated": [m[0].point_id for m in group if not m[0].north_star],
+            }
+        )
+    return out
+
+
+def _winner(members: list[Row]) -> dict[str, Any]:
+    first = members[0]
+    return {
+        "point_id": first.point_id,
+        "exp_name": first.exp_name,
+        "parallelism": first.parallelism,
+        "conc": first.conc,
+        "e2e_norm_intvty_p90": _mean(members, "e2e_norm_intvty_p90"),
+        "tput_per_gpu": _mean(members, frontier.Y_METRIC),
+    }
 
 
 def version_warnings(rows: list[Row]) -> list[str]:
@@ -426,6 +507,7 @@ def summary_json(sr: SweepResults) -> dict[str, Any]:
         "rows": [r.columns() for r in sorted_rows(sr.rows)],
         "skipped": [s.json() for s in sr.skipped],
         "warnings": sr.warnings,
+        "frontier": frontier_json(sr.rows),
     }
 
 

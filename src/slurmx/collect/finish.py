@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmx.collect import collect as col
+from slurmx.collect import frontier
 from slurmx.collect.compare import Baseline, Comparison, compare
 from slurmx.collect.repeats import PointAggregate, aggregate
 from slurmx.store import atomic
@@ -27,19 +28,19 @@ def write_summaries(collection: col.Collection, written: list[Path], *, inferenc
             written.append(path)
 
 
-def write_plots(collection: col.Collection, written: list[Path]) -> str | None:
-    """Each sweep's plots of its valid rows, unless drawn from these very files already; a note without
-    matplotlib."""
+def write_plots(collection: col.Collection, written: list[Path], x_metric: str = frontier.DEFAULT_VIEW) -> str | None:
+    """Each sweep's plots of its valid rows (the Pareto view against `x_metric`), unless drawn from these very
+    files already; a note without matplotlib."""
     from slurmx.collect import plots
 
     if not plots.available():
         return "plots skipped: matplotlib is not installed (pip install 'slurmx[plots]')"
     for sr in collection.sweeps:
         inputs = [r.path for r in sr.rows] + [s.path for s in sr.skipped]
-        if sr.rows and not plots.up_to_date(sr.sweep.plots, inputs):
+        if sr.rows and not plots.up_to_date(sr.sweep.plots, inputs, x_metric):
             title = f"{sr.sweep.config_key}  (sweep {sr.sweep.sweep_id}, {len(sr.rows)} points)"
             valid = [r for r in sr.rows if r.valid]  # an invalid point's figures are not data
-            written += plots.write_sweep_plots(valid, sr.sweep.plots, title, inputs)
+            written += plots.write_sweep_plots(valid, sr.sweep.plots, title, inputs, x_metric)
     return None
 
 
@@ -74,6 +75,7 @@ def finish(
     *,
     report: bool,
     write: bool = True,
+    x_metric: str = frontier.DEFAULT_VIEW,
 ) -> Extras:
     """Aggregate each sweep's repeats, compare with the baseline, write aggregates.json and report.html
     (nothing is written with write=False: a read-only tree still gets the comparison)."""
@@ -93,11 +95,11 @@ def finish(
         )
         written.append(sr.sweep.aggregates_json)
     if report:
-        extras.report_note = _reports(collection, extras, written)
+        extras.report_note = _reports(collection, extras, written, x_metric)
     return extras
 
 
-def _reports(collection: col.Collection, extras: Extras, written: list[Path]) -> str | None:
+def _reports(collection: col.Collection, extras: Extras, written: list[Path], x_metric: str) -> str | None:
     from slurmx.collect import report
 
     if not report.available():
@@ -105,7 +107,7 @@ def _reports(collection: col.Collection, extras: Extras, written: list[Path]) ->
     for sr in collection.sweeps:
         if not sr.rows and not sr.skipped:
             continue
-        html = report.render(sr, extras.aggregates.get(sr.sweep.path, []), extras.comparison)
+        html = report.render(sr, extras.aggregates.get(sr.sweep.path, []), extras.comparison, x_metric)
         report.write_report(sr.sweep, html)
         written.append(sr.sweep.report_html)
     return None

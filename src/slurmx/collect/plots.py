@@ -1,4 +1,6 @@
-"""Per-sweep PNGs: throughput per GPU vs interactivity (the Pareto view) and TTFT p90 vs concurrency.
+"""Per-sweep PNGs: the Pareto view (throughput per GPU against the chosen x metric, E2E-normalized
+interactivity P90 by default, with its frontier drawn), the old throughput against 1/ITL p50 plot under its
+own name, and TTFT p90 vs concurrency.
 
 matplotlib is optional (extra `plots`); `available()` says whether it can be imported.
 """
@@ -11,15 +13,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from slurmx.collect import frontier
 from slurmx.collect.collect import Row, arm_order
 from slurmx.store import atomic
 
-PARETO_PNG = "tput_per_gpu_vs_interactivity.png"
+PARETO_PNG = "tput_per_gpu_vs_interactivity.png"  # the 1/ITL p50 view, drawn before the North Star existed
 TTFT_PNG = "ttft_p90_vs_conc.png"
 ENERGY_PNG = "energy_vs_interactivity.png"  # only where points have power telemetry
 _MARKERS = "osD^vP*X"
 _DIGEST = ".inputs.sha256"
+FRONTIER_COLOUR = "#e6a100"  # gold: in no arm's colour, so the frontier reads apart from the arms' lines
 T = TypeVar("T")
+
+
+def pareto_png(x_metric: str) -> str:
+    """The Pareto view's file for an x metric: tput_per_gpu_vs_e2e_norm_intvty_p90.png by default."""
+    return f"tput_per_gpu_vs_{x_metric}.png"
+
+
+def frontier_legend(view: frontier.View, group: str) -> str:
+    """The frontier's legend text (the report's caption repeats it)."""
+    name = "North Star frontier" if view.key == frontier.NORTH_STAR.key else f"{view.short} frontier (North Star-gated)"
+    return f"{name} · {group}" if group else name
 
 
 def available() -> bool:
@@ -30,9 +45,9 @@ def available() -> bool:
     return True
 
 
-def inputs_digest(inputs: list[Path]) -> str:
-    """Identity of the files a sweep's plots were drawn from (paths and mtimes)."""
-    h = hashlib.sha256()
+def inputs_digest(inputs: list[Path], x_metric: str = frontier.DEFAULT_VIEW) -> str:
+    """Identity of the files a sweep's plots were drawn from (paths and mtimes), and of the x metric."""
+    h = hashlib.sha256(x_metric.encode())
     for path in sorted(inputs):
         try:
             stamp = path.stat().st_mtime_ns
@@ -42,12 +57,12 @@ def inputs_digest(inputs: list[Path]) -> str:
     return h.hexdigest()
 
 
-def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
-    """Both PNGs exist and were drawn from exactly these inputs, so a re-run of collect can skip them."""
-    if not all((out_dir / name).is_file() for name in (PARETO_PNG, TTFT_PNG)):
+def up_to_date(out_dir: Path, inputs: list[Path], x_metric: str = frontier.DEFAULT_VIEW) -> bool:
+    """Every PNG exists and was drawn from exactly these inputs, so a re-run of collect can skip them."""
+    if not all((out_dir / name).is_file() for name in (pareto_png(x_metric), PARETO_PNG, TTFT_PNG)):
         return False
     try:
-        return (out_dir / _DIGEST).read_text(encoding="utf-8").strip() == inputs_digest(inputs)
+        return (out_dir / _DIGEST).read_text(encoding="utf-8").strip() == inputs_digest(inputs, x_metric)
     except OSError:
         return False
 
@@ -81,8 +96,14 @@ def drawn(
         plt.close(fig)
 
 
-def write_sweep_plots(rows: list[Row], out_dir: Path, title: str, inputs: list[Path] | None = None) -> list[Path]:
-    """Both plots of one sweep into out_dir; [] when no row has the numbers to plot.
+def write_sweep_plots(
+    rows: list[Row],
+    out_dir: Path,
+    title: str,
+    inputs: list[Path] | None = None,
+    x_metric: str = frontier.DEFAULT_VIEW,
+) -> list[Path]:
+    """The plots of one sweep into out_dir; [] when no row has the numbers to plot.
 
     `inputs` (the files the rows came from) are fingerprinted beside the PNGs for up_to_date()."""
     import matplotlib
@@ -94,9 +115,11 @@ def write_sweep_plots(rows: list[Row], out_dir: Path, title: str, inputs: list[P
     if not series:
         return []
     drawings: list[tuple[str, Callable[[Any, dict[str, list[Row]]], None]]] = [
+        (pareto_png(x_metric), functools.partial(_view, frontier.view_named(x_metric))),
         (PARETO_PNG, _pareto),
         (TTFT_PNG, _ttft),
     ]
+    drawings = list(dict(drawings).items())  # --x-metric intvty_p50 names a file apart from PARETO_PNG
     if any(v.j_per_out_tok is not None for values in series.values() for v in values):
         drawings.append((ENERGY_PNG, _energy))
     written = []
@@ -106,7 +129,7 @@ def write_sweep_plots(rows: list[Row], out_dir: Path, title: str, inputs: list[P
         tmp.replace(out_dir / name)  # a reader sees the old plot or the new one
         written.append(out_dir / name)
     if inputs is not None:
-        atomic.write_text(out_dir / _DIGEST, inputs_digest(inputs) + "\n")
+        atomic.write_text(out_dir / _DIGEST, inputs_digest(inputs, x_metric) + "\n")
     return written
 
 
@@ -156,6 +179,39 @@ def _pareto(ax: Any, series: dict[str, list[Row]]) -> None:
                 labelled.add((parallelism, conc))
                 ax.annotate(f"c{conc}", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=7, color="0.3")
     ax.set_xlabel("interactivity: output tokens/s per user (median, 1/ITL p50)")
+    ax.set_ylabel("throughput per GPU: total tokens/s/GPU")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+
+
+def _view(view: frontier.View, ax: Any, series: dict[str, list[Row]]) -> None:
+    """The Pareto view: every valid point per line, and each comparison group's frontier in gold on top."""
+    for label, values in series.items():
+        pts = sorted(
+            (x, v.tput_per_gpu) for v in values if (x := v.metric(view.key)) is not None and v.tput_per_gpu is not None
+        )
+        if pts:
+            style = {**_style(label, series), "linestyle": "none"}
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, alpha=0.8, **style)
+    rows = [v for values in series.values() for v in values]
+    groups = {r.arm for r in rows}
+    for group in sorted(groups, key=arm_order):
+        winners = sorted(
+            (x, r.tput_per_gpu)
+            for r in rows
+            if r.arm == group
+            and view.key in r.frontier_views.split(";")
+            and (x := r.metric(view.key)) is not None
+            and r.tput_per_gpu is not None
+        )
+        if winners:
+            legend = frontier_legend(view, group if len(groups) > 1 else "")
+            ax.plot(*zip(*winners), color=FRONTIER_COLOUR, linewidth=2.5, marker="*", markersize=11, label=legend)
+    frontier_axes(ax, view)
+
+
+def frontier_axes(ax: Any, view: frontier.View) -> None:
+    ax.set_xlabel(view.label + ("" if view.higher_is_better else ": lower is better"))
     ax.set_ylabel("throughput per GPU: total tokens/s/GPU")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)

@@ -22,6 +22,7 @@ class Metric:
 
 METRICS = (
     Metric("tput_per_gpu", "tok/s/GPU", True, ".1f"),
+    Metric("e2e_norm_intvty_p90", "E2E-norm tok/s/user p90", True, ".1f"),  # the headline (North Star) metric
     Metric("intvty_p50", "tok/s/user", True, ".1f"),
     Metric("ttft_p50_s", "TTFT p50 s", False, ".3f"),
     Metric("ttft_p90_s", "TTFT p90 s", False, ".3f"),

@@ -1,6 +1,8 @@
 """report.html beside a sweep's summary: one self-contained page (jinja2 template, matplotlib PNGs embedded
-as base64), readable without a network: the arms table with intervals, the Pareto and TTFT plots with
-error bars, invalid points with their reasons, the versions that ran, and the comparison when asked.
+as base64), readable without a network: the arms table with intervals and each point's frontier mark, the
+Pareto plot (E2E-normalized interactivity P90 by default) with its North Star frontier and the winners
+table, TTFT against concurrency, invalid points with their reasons, the versions that ran, and the
+comparison when asked.
 
 jinja2 and matplotlib are optional (extra `report`); `available()` says whether both import.
 """
@@ -8,6 +10,7 @@ jinja2 and matplotlib are optional (extra `report`); `available()` says whether 
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import time
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmx import __version__
-from slurmx.collect import plots
+from slurmx.collect import frontier, plots
 from slurmx.collect.collect import SweepResults, arm_order
 from slurmx.collect.compare import Comparison, describe
 from slurmx.collect.repeats import METRIC, METRICS, PointAggregate
@@ -108,24 +111,43 @@ def _series(aggs: list[PointAggregate]) -> dict[str, list[PointAggregate]]:
     return out
 
 
-def plot_images(aggs: list[PointAggregate], title: str) -> list[tuple[str, str]]:
-    """(caption, data URI) of the Pareto plot and TTFT p90 against concurrency, means with 95 % error bars."""
+def _groups(aggs: list[PointAggregate]) -> list[str]:
+    return sorted({a.first.arm for a in aggs}, key=arm_order)
+
+
+def pareto_caption(aggs: list[PointAggregate], view: frontier.View) -> str:
+    groups = _groups(aggs)
+    legends = [plots.frontier_legend(view, g if len(groups) > 1 else "") for g in groups]
+    return (
+        f"Throughput per GPU against {view.label} (means, 95% intervals as error bars); "
+        f"in gold with stars: {', '.join(legends)}"
+    )
+
+
+def plot_images(aggs: list[PointAggregate], title: str, x_metric: str = frontier.DEFAULT_VIEW) -> list[tuple[str, str]]:
+    """(caption, data URI) of the Pareto plot with its frontier and TTFT p90 against concurrency, means with
+    95 % error bars."""
     import matplotlib
 
     matplotlib.use("Agg")
+    view = frontier.view_named(x_metric)
     series = _series(aggs)
     images = []
     for caption, draw in (
-        ("Throughput per GPU against interactivity (means, 95% intervals as error bars)", _pareto),
+        (pareto_caption(aggs, view), functools.partial(_pareto, view)),
         ("TTFT p90 against concurrency per arm (means, 95% intervals as error bars)", _ttft),
     ):
         images.append((caption, plots.drawn(draw, series, title, "arm", (8, 5), 100, _png)))
     return images
 
 
-def _pareto(ax: Any, series: dict[str, list[PointAggregate]]) -> None:
+def _on(a: PointAggregate, view: frontier.View) -> bool:
+    return view.key in a.first.frontier_views.split(";")
+
+
+def _pareto(view: frontier.View, ax: Any, series: dict[str, list[PointAggregate]]) -> None:
     for i, (label, members) in enumerate(series.items()):
-        pts = [(a.estimates.get("intvty_p50"), a.estimates.get("tput_per_gpu"), a.first.conc) for a in members]
+        pts = [(a.estimates.get(view.key), a.estimates.get("tput_per_gpu"), a.first.conc) for a in members]
         pts2 = sorted(((x, y, c) for x, y, c in pts if x is not None and y is not None), key=lambda p: p[0].mean)
         if not pts2:
             continue
@@ -135,10 +157,21 @@ def _pareto(ax: Any, series: dict[str, list[PointAggregate]]) -> None:
         ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, label=label, color=f"C{i % 10}", marker="o", capsize=3, linewidth=1.5)
         for x, y, (_, _, conc) in zip(xs, ys, pts2):
             ax.annotate(f"c{conc}", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=7, color="0.3")
-    ax.set_xlabel("interactivity: output tokens/s per user (1/ITL p50)")
-    ax.set_ylabel("throughput per GPU: total tokens/s/GPU")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    aggs = [a for members in series.values() for a in members]
+    groups = _groups(aggs)
+    for group in groups:
+        winners = sorted(
+            (ex.mean, ey.mean)
+            for a in aggs
+            if a.first.arm == group
+            and _on(a, view)
+            and (ex := a.estimates.get(view.key)) is not None
+            and (ey := a.estimates.get("tput_per_gpu")) is not None
+        )
+        if winners:
+            legend = plots.frontier_legend(view, group if len(groups) > 1 else "")
+            ax.plot(*zip(*winners), color=plots.FRONTIER_COLOUR, linewidth=2.5, marker="*", markersize=11, label=legend)
+    plots.frontier_axes(ax, view)
 
 
 def _ttft(ax: Any, series: dict[str, list[PointAggregate]]) -> None:
@@ -192,7 +225,35 @@ def _ratio_cell(r: Ratio | None) -> dict[str, Any]:
     }
 
 
-def _table(aggs: list[PointAggregate]) -> list[dict[str, Any]]:
+def frontier_mark(a: PointAggregate, view: frontier.View) -> str:
+    """The arms table's frontier cell: on the shown view's frontier, a North Star winner only, or dominated."""
+    if _on(a, view):
+        return "North Star" if view.key == frontier.NORTH_STAR.key else f"North Star, {view.short}"
+    return "North Star only" if a.first.north_star else "dominated"
+
+
+def winners(aggs: list[PointAggregate], view: frontier.View) -> list[dict[str, Any]]:
+    """The winners table: each comparison group's points on the shown view's frontier, by x."""
+    out = []
+    for group in _groups(aggs):
+        members = [a for a in aggs if a.first.arm == group and _on(a, view)]
+        members.sort(key=lambda a: e.mean if (e := a.estimates.get(view.key)) else 0.0)
+        for a in members:
+            r = a.result
+            out.append(
+                {
+                    "group": f"{r.model} · {r.hw} · {r.precision} · {group}",
+                    "point_id": a.first.point_id,
+                    "parallelism": a.first.parallelism,
+                    "conc": a.first.conc,
+                    "x": _cell(a.estimates.get(view.key), METRIC[view.key].spec),
+                    "y": _cell(a.estimates.get("tput_per_gpu"), METRIC["tput_per_gpu"].spec),
+                }
+            )
+    return out
+
+
+def _table(aggs: list[PointAggregate], view: frontier.View) -> list[dict[str, Any]]:
     rows = []
     for a in aggs:
         v = a.first
@@ -206,6 +267,7 @@ def _table(aggs: list[PointAggregate]) -> list[dict[str, Any]]:
                 "mode": a.repeat_mode or "-",
                 "cells": [_cell(a.estimates.get(m.key), m.spec) for m in METRICS],
                 "ratios": [_ratio_cell(a.ratios.get(key)) for key in ("tput_per_gpu", "ttft_p90_s")],
+                "frontier": frontier_mark(a, view),
             }
         )
     return rows
@@ -242,7 +304,12 @@ def _comparison(comparison: Comparison, aggs: list[PointAggregate]) -> dict[str,
     }
 
 
-def render(sr: SweepResults, aggs: list[PointAggregate], comparison: Comparison | None = None) -> str:
+def render(
+    sr: SweepResults,
+    aggs: list[PointAggregate],
+    comparison: Comparison | None = None,
+    x_metric: str = frontier.DEFAULT_VIEW,
+) -> str:
     import jinja2
 
     env = jinja2.Environment(
@@ -251,15 +318,19 @@ def render(sr: SweepResults, aggs: list[PointAggregate], comparison: Comparison 
         undefined=jinja2.StrictUndefined,
     )
     sweep = sr.sweep
+    view = frontier.view_named(x_metric)
     title = f"{sweep.config_key}  (sweep {sweep.sweep_id})"
     return env.get_template(TEMPLATE).render(
         title=title,
         generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         metrics=METRICS,
         ratio_metrics=[METRIC["tput_per_gpu"], METRIC["ttft_p90_s"]],
-        rows=_table(aggs),
+        rows=_table(aggs, view),
+        view=view,
+        north_star=frontier.NORTH_STAR,
+        winners=winners(aggs, view),
         results=len(sr.rows),
-        images=plot_images(aggs, title) if aggs else [],
+        images=plot_images(aggs, title, x_metric) if aggs else [],
         problems=problems(sr),
         facts=lock_facts(sr),
         comparison=_comparison(comparison, aggs) if comparison is not None else None,

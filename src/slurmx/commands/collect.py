@@ -4,6 +4,9 @@ Every result.json is validated against the schema and the validity gate; one tha
 listed with its path and reason, and the newest valid result of each point id and repeat wins. Beside
 each sweep: summary.csv, summary.json, aggregates.json (means and 95% intervals over repeats),
 report.html, plots/*.png (and agg_<key>.json with --format inferencex).
+The headline metric is E2E-normalized interactivity P90, 1 / p90(E2EL/OSL): the Pareto plot's default x
+axis, with InferenceX's North Star frontier per model, hardware, precision and arm; --x-metric draws another
+view (gated by the North Star winners), the "frontier" column marks each point, summary.json lists winners.
 --compare BASELINE (an earlier sweep, a results directory, or InferenceX aggregate JSON files) gives
 each matching point's change per metric: better, worse or within noise.
 Exit 0 (also when there is nothing to collect yet), 1 when --fail-on-regression's threshold was
@@ -28,7 +31,7 @@ from rich.text import Text
 
 from slurmx import paths
 from slurmx.collect import collect as col
-from slurmx.collect import finish
+from slurmx.collect import finish, frontier
 from slurmx.collect.compare import Comparison, describe, load_baseline, parse_threshold
 from slurmx.collect.repeats import METRICS, PointAggregate, has_repeats
 from slurmx.collect.stats import Estimate
@@ -62,6 +65,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=("table", "inferencex"),
         default="table",
         help="inferencex: also write InferenceX's agg_<key>.json (a list of aggregates) beside each sweep",
+    )
+    parser.add_argument(
+        "--x-metric",
+        choices=tuple(frontier.VIEWS),
+        default=frontier.DEFAULT_VIEW,
+        help="the Pareto view's x axis and frontier (default: %(default)s, the North Star; "
+        "intvty_p50 is the old 1/ITL p50 view)",
     )
     parser.add_argument("--no-plots", action="store_true", help="do not write plots/*.png")
     parser.add_argument("--no-report", action="store_true", help="do not write report.html")
@@ -111,12 +121,14 @@ def run(args: argparse.Namespace) -> int:
     written: list[Path] = []
     try:
         finish.write_summaries(collection, written, inferencex=args.format == "inferencex")
-        plot_note = None if args.no_plots else finish.write_plots(collection, written)
-        extras = finish.finish(collection, written, baseline, threshold, report=not args.no_report)
+        plot_note = None if args.no_plots else finish.write_plots(collection, written, args.x_metric)
+        extras = finish.finish(
+            collection, written, baseline, threshold, report=not args.no_report, x_metric=args.x_metric
+        )
     except (atomic.StorageError, OSError) as exc:
         # a read-only or full results tree: the table is still worth printing
         plot_note = f"summaries and plots not written beside the sweeps: {exc}"
-        extras = finish.finish(collection, [], baseline, threshold, report=False, write=False)
+        extras = finish.finish(collection, [], baseline, threshold, report=False, write=False, x_metric=args.x_metric)
     if args.csv:
         atomic.write_text(args.csv, col.csv_text(col.sorted_rows(collection.rows)))
         written.append(args.csv)
@@ -140,10 +152,12 @@ def _report(
     if args.json:
         _print_json(collection, root, written, plot_note, extras.json())
     else:
+        view = frontier.view_named(args.x_metric)
         if has_repeats(extras.all):
             _print_intervals(extras.all)
         else:
-            _print_tables(collection)
+            _print_tables(collection, view)
+        _print_frontier(collection, view)
         if extras.comparison is not None:
             _print_comparison(extras.comparison)
         _print_skipped(err, collection)
@@ -182,23 +196,48 @@ def _ratio(value: float | None) -> str:
 
 
 _HEADERS = (
-    ("parallelism", "<"), ("arm", "<"), ("conc", ">"), ("tok/s/GPU", ">"), ("tok/s/user", ">"),
+    ("parallelism", "<"), ("arm", "<"), ("conc", ">"), ("tok/s/GPU", ">"), ("E2E-norm p90", ">"),
+    ("tok/s/user", ">"),
     ("TTFT p50 s", ">"), ("TTFT p90 s", ">"), ("e2e p90 s", ">"), ("err %", ">"), ("GPU hit", ">"),
     ("CPU hit", ">"), ("ext hit", ">"), ("tier hit", ">"), ("tput vs base", ">"), ("TTFT p90 vs base", ">"),
-    ("J/out tok", ">"), ("validity", "<"),
+    ("J/out tok", ">"), ("frontier", "<"), ("validity", "<"),
 )  # fmt: skip
 # rich renders ~1 ms per row; beyond this many rows a plain fixed-width table keeps collect fast
 _RICH_MAX_ROWS = 300
 
 
-def _cells(v: col.Row) -> list[str]:
+def _cells(v: col.Row, view: frontier.View) -> list[str]:
     return [
-        v.parallelism, v.arm, str(v.conc), _fmt(v.tput_per_gpu, ".1f"), _fmt(v.intvty_p50, ".1f"),
+        v.parallelism, v.arm, str(v.conc), _fmt(v.tput_per_gpu, ".1f"), _fmt(v.e2e_norm_intvty_p90, ".1f"),
+        _fmt(v.intvty_p50, ".1f"),
         _fmt(v.ttft_p50_s, ".3f"), _fmt(v.ttft_p90_s, ".3f"), _fmt(v.e2el_p90_s, ".2f"),
         f"{100 * v.error_rate:.1f}", _pct(v.gpu_hit_rate), _pct(v.cpu_hit_rate),
         _pct(v.external_hit_rate), _tier(v), _ratio(v.tput_ratio), _ratio(v.ttft_p90_ratio),
-        _fmt(v.j_per_out_tok, ".3g"), _validity(v),
+        _fmt(v.j_per_out_tok, ".3g"), _frontier_mark(v, view), _validity(v),
     ]  # fmt: skip
+
+
+def _frontier_mark(v: col.Row, view: frontier.View) -> str:
+    """On the shown view's frontier (a North Star winner that view does not dominate), else why not."""
+    if not v.valid:
+        return "-"
+    if view.key in v.frontier_views.split(";"):
+        return "North Star" if view.key == frontier.NORTH_STAR.key else f"North Star, {view.short}"
+    return "North Star only" if v.north_star else "dominated"
+
+
+def _print_frontier(collection: col.Collection, view: frontier.View) -> None:
+    """Each sweep's winners per comparison group, on the shown view's frontier, by point id."""
+    for sr in collection.sweeps:
+        for group in col.frontier_json(sr.rows):
+            ids = group["views"][view.key]
+            name = "North Star frontier" if view.key == frontier.NORTH_STAR.key else f"{view.short} frontier"
+            where = f"{sr.sweep.config_key}/{sr.sweep.sweep_id} {group['arm']}"
+            dominated = len(group["dominated"])
+            sys.stdout.write(
+                f"  {name} ({where}): {', '.join(ids) or 'none'}; {dominated} dominated point(s) kept, marked\n"
+            )
+    sys.stdout.flush()
 
 
 def _tier(v: col.Row) -> str:
@@ -219,8 +258,8 @@ def _validity(v: col.Row) -> str:
     return v.labels or "ok"
 
 
-def _print_tables(collection: col.Collection) -> None:
-    console = Console(width=None if sys.stdout.isatty() else 240)
+def _print_tables(collection: col.Collection, view: frontier.View) -> None:
+    console = Console(width=None if sys.stdout.isatty() else 280)  # room for the frontier column
     by_key: dict[str, list[col.Row]] = {}
     for row in col.sorted_rows(collection.rows):
         by_key.setdefault(row.config_key, []).append(row)
@@ -235,7 +274,7 @@ def _print_tables(collection: col.Collection) -> None:
             if group != previous:
                 groups.append([])
                 previous = group
-            groups[-1].append(_cells(row))
+            groups[-1].append(_cells(row, view))
         if plain:
             sys.stdout.write(_plain_table(title, groups))
         else:
@@ -313,6 +352,7 @@ def _print_json(
                 "path": str(sr.sweep.path),
                 "rows": [r.columns() for r in col.sorted_rows(sr.rows)],
                 "skipped": [s.json() for s in sr.skipped],
+                "frontier": col.frontier_json(sr.rows),
             }
             for sr in collection.sweeps
         ],

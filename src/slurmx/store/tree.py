@@ -22,6 +22,7 @@ POINTS = "points"
 POINT_JSON = "point.json"
 STATE_JSON = "state.json"
 RESULT_JSON = "result.json"
+PREVIOUS_RESULT = "result.json.{stamp}.prev"  # what `slurmx rebuild` replaced; collect reads only RESULT_JSON
 LOCK_JSON = "lock.json"
 TRACE_JSONL = "trace.jsonl"
 TEARDOWN_JSON = "teardown.json"
@@ -91,6 +92,9 @@ class PointDir:
     @property
     def result_json(self) -> Path:
         return self.path / RESULT_JSON
+
+    def previous_result(self, stamp: str) -> Path:
+        return self.path / PREVIOUS_RESULT.format(stamp=stamp)
 
     @property
     def commands(self) -> Path:
