@@ -349,7 +349,11 @@ def keep_partial(
     except ArtifactError:
         return  # aiperf wrote no records: nothing to keep
     assert result.slurmx is not None
-    result.slurmx.invalid_reason = f"partial replay: {reason}".splitlines()[0]
+    # InferenceX's rule still comes first; the partial replay is what slurmx knows beyond it
+    marked = gate.partial(reason)
+    result.slurmx.invalid_rule, result.slurmx.invalid_reason = marked.rule, marked.reason
+    refusal = gate.judge(result, max_error_rate=result.slurmx.failed_request_threshold) or marked
+    result.slurmx.invalid_rule, result.slurmx.invalid_reason = refusal.rule, refusal.reason
     write_result(member.point.result_json, result)
 
 
@@ -365,8 +369,9 @@ def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
     result.slurmx.repeat = member.point.repeat
     result.slurmx.repeats = member.record.repeats
     result.slurmx.repeat_mode = member.record.repeat_mode
-    reason = gate.check(result, max_error_rate=result.slurmx.failed_request_threshold)
-    result.slurmx.invalid_reason = reason
+    refusal = gate.judge(result, max_error_rate=result.slurmx.failed_request_threshold)
+    reason = refusal.reason if refusal is not None else None
+    result.slurmx.invalid_reason, result.slurmx.invalid_rule = reason, refusal.rule if refusal is not None else None
     result.slurmx.labels = gate.labels(result) if reason is None else []
     write_result(member.point.result_json, result)
     if reason:

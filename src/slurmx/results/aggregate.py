@@ -37,7 +37,7 @@ from slurmx.results.requests import PROFILE_JSONL as PROFILE_JSONL
 from slurmx.results.requests import SERVER_METRICS_JSON as SERVER_METRICS_JSON
 from slurmx.results.requests import ArtifactError as ArtifactError
 from slurmx.results.requests import _error_category as _error_category
-from slurmx.results.requests import _load_json, compute_request_metrics
+from slurmx.results.requests import _load_json, aiperf_counts, compute_request_metrics
 from slurmx.results.requests import _qps as _qps
 from slurmx.results.requests import _theoretical_hit_rate as _theoretical_hit_rate
 from slurmx.results.requests import load_records as load_records
@@ -49,7 +49,13 @@ from slurmx.results.schema import (
     Result,
     SlurmxMeta,
 )
-from slurmx.results.server_metrics import _warnings, counters_from_export, server_metrics_from
+from slurmx.results.server_metrics import (
+    _warnings,
+    counters_from_export,
+    export_sources,
+    metrics_export,
+    server_metrics_from,
+)
 from slurmx.results.server_metrics import compute_server_metrics as compute_server_metrics
 from slurmx.results.server_metrics import engine_counters as engine_counters
 from slurmx.results.server_metrics import kv_pool_tokens as kv_pool_tokens
@@ -115,10 +121,14 @@ def build_result(
     names = engine.metrics
     counters, source = engine_counters(server_export, window.engine_metrics_before, window.engine_metrics_after, names)
     server_metrics = server_metrics_from(records, counters, names)
+    server_metrics.sources = export_sources(server_export, names)
     if engine_logs:
         server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_logs, engine.kv_pool_log)
     meta = _slurmx_meta(point, profile, run, window, source)
     meta.requests_by_rank = requests_by_rank(counters, names)
+    # what InferenceX's gate and its required-metrics check read, so any later judge can apply them
+    meta.aiperf_counts = aiperf_counts(artifact_dir / PROFILE_JSON)
+    meta.metrics_export = metrics_export(artifact_dir, names)
     # the tier's own counters reach us through aiperf's export (it scrapes the backend's /metrics)
     exported = counters_from_export(server_export, names.rank_label)
     meta.evidence = build_evidence(
