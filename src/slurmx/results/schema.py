@@ -400,15 +400,19 @@ class Result(_Strict):
         """aiperf's aggregate counts InferenceX's gate reads: as recorded; else (a file written before slurmx
         recorded them, or an InferenceX aggregate) the per-record counts, whose errors include warmup's."""
         recorded = self.slurmx.aiperf_counts if self.slurmx is not None else None
-        if recorded is not None:
-            return recorded
+        return recorded if recorded is not None else self._record_counts()
+
+    def _record_counts(self) -> AiperfCounts:
         errors = float(self.request_accounting.records_error_dropped)
         return AiperfCounts(request_count=float(self.num_requests_successful), error_request_count=errors)
 
     @property
     def error_rate(self) -> float:
-        """InferenceX's error rate (the gate's): errors over completed profiled requests (0 when none completed)."""
+        """InferenceX's error rate (the gate's): errors over completed profiled requests (0 when none completed);
+        the per-record counts where aiperf's aggregate did not say."""
         errors, completed = self.counts.figures()
+        if completed is None:
+            errors, completed = self._record_counts().figures()
         return errors / completed if completed else 0.0
 
     @property
