@@ -77,7 +77,7 @@ def test_every_skipped_file_is_named_with_its_reason(tree: Path, capsys: pytest.
     assert skipped["empty"]["reason"] == "empty file"
     # refused by the gate: kept as a row with its reason, never skipped, never in a ratio
     errors = _rows(out)["errors"]
-    assert errors["valid"] is False and "50.0%" in errors["invalid_reason"] and errors["tput_ratio"] is None
+    assert errors["valid"] is False and "50.000%" in errors["invalid_reason"] and errors["tput_ratio"] is None
     assert skipped["tp8none8"]["kind"] == "superseded"
     assert "/s1/points/tp8none8/" in skipped["tp8none8"]["path"]
     assert "/s2/points/tp8none8/" in skipped["tp8none8"]["reason"]
@@ -117,9 +117,12 @@ def test_table_groups_by_parallelism_and_arm(tree: Path, capsys: pytest.CaptureF
     ]  # fmt: skip
     tp8_lmc_8 = lines[-1]
     assert "0.75x" in tp8_lmc_8 and "0.25x" in tp8_lmc_8
-    assert "INVALID: request error rate 50.0%" in lines[5]
+    # InferenceX's message (issue 23): the gate applies its rule first
+    assert "INVALID: aiperf request error rate" in lines[5]
     assert "1 invalid point(s) shown but left out of every ratio" in captured.err
-    assert "errors/result.json: request error rate 50.0%" in " ".join(captured.err.split())
+    assert "errors/result.json: aiperf request error rate exceeded the benchmark limit: 50/100 = 50.000%" in " ".join(
+        captured.err.split()
+    )
     assert "3 result file(s) not counted" in captured.err
     assert "truncated/result.json: not valid JSON" in captured.err
 

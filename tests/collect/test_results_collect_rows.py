@@ -45,7 +45,7 @@ def test_a_row_carries_every_column_from_its_result(tmp_path: Path) -> None:
         "path": str(sweep.path / "points" / "p1" / "result.json"),
         # the offload evidence (none recorded in this synthetic result), validity, what ran, the repeat
         "tier_hit_rate": None, "tier_side_hit_rate": None, "tier_tokens": None, "valid": True,
-        "invalid_reason": None, "labels": "", "engine_version": None, "backend_version": None,
+        "invalid_reason": None, "invalid_rule": None, "labels": "", "engine_version": None, "backend_version": None,
         "image": result.image, "repeat": 1, "repeat_mode": None,
         # no GPU telemetry in this result: no energy figures, and no power verdict
         "gpu_energy_j": None, "avg_gpu_w": None, "j_per_out_tok": None, "j_per_tok": None, "tok_s_per_kw": None,
@@ -144,5 +144,6 @@ def test_collect_judges_a_result_with_the_error_threshold_the_node_gated_with(tm
     assert collected(None, 30)["valid"] is False
     # 15 errors of 185: 8.1 %, under the default but over a recipe's 5 %
     strict = collected(0.05, 15)
-    assert strict["valid"] is False and "over the threshold 5%" in str(strict["invalid_reason"])
+    # InferenceX's message (issue 23): the threshold as its gate prints it
+    assert strict["valid"] is False and "> 5.000%" in str(strict["invalid_reason"])
     assert collected(None, 15)["valid"] is True

@@ -159,7 +159,8 @@ def test_written_result_reads_back_and_collects(result: Result, tmp_path: Path) 
 
 
 def test_cancelled_replay_is_recorded_and_gated(tmp_path: Path) -> None:
-    for name in ("profile_export.jsonl", "server_metrics_export.json"):
+    # the export's CSV too: InferenceX's required-metrics check comes before slurmx's cancelled rule (issue 23)
+    for name in ("profile_export.jsonl", "server_metrics_export.json", "server_metrics_export.csv"):
         shutil.copy(SAMPLE / name, tmp_path / name)
     profile = json.loads((SAMPLE / "profile_export_aiperf.json").read_text())
     profile["was_cancelled"] = True

@@ -21,7 +21,8 @@ def test_zero_output_tokens_is_rejected() -> None:
 
 def test_error_rate_over_threshold_is_rejected_with_the_numbers() -> None:
     result = make_result(point_id="p1", requests=80, errors=20)
-    assert gate.check(result) == "request error rate 20.0% (20/100) is over the threshold 10%"
+    # InferenceX's rule and message (issue 23; validate_agentic_result.py), not slurmx's old wording
+    assert gate.check(result) == "aiperf request error rate exceeded the benchmark limit: 20/100 = 20.000% > 10.000%"
 
 
 def test_error_rate_at_threshold_passes_and_threshold_is_configurable() -> None:
@@ -65,7 +66,8 @@ def test_the_minimum_request_count_is_inclusive_and_one_by_default() -> None:
 def test_error_rate_numbers_fall_back_to_the_request_total_without_record_accounting() -> None:
     result = make_result(point_id="p1", requests=80, errors=20)
     result.request_accounting.records_total = 0
-    assert gate.check(result) == "request error rate 20.0% (20/100) is over the threshold 10%"
+    # InferenceX's rule and message (issue 23): successes + errors, never records_total
+    assert gate.check(result) == "aiperf request error rate exceeded the benchmark limit: 20/100 = 20.000% > 10.000%"
 
 
 def test_output_tokens_come_from_the_records_when_the_throughput_says_none_or_zero() -> None:
@@ -82,4 +84,5 @@ def test_output_tokens_come_from_the_records_when_the_throughput_says_none_or_ze
     nothing_completed = make_result(point_id="p1", requests=0)
     nothing_completed.request_metrics.throughput.output = None
     nothing_completed.request_metrics.tokens.output_actual = Stats(mean=0.5, p50=0.5)
-    assert gate.check(nothing_completed, min_requests=0) == "zero output tokens: the engine answered nothing"
+    # InferenceX's rule comes first (issue 23): zero completed requests is its own refusal
+    assert gate.check(nothing_completed, min_requests=0) == "aiperf completed zero requests"

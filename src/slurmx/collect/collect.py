@@ -79,6 +79,7 @@ class Row:
     tier_tokens: float | None
     valid: bool
     invalid_reason: str | None
+    invalid_rule: str | None  # which rule of the gate refused it (results/gate.py's RULES)
     labels: str
     engine_version: str | None
     backend_version: str | None
@@ -287,7 +288,8 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> Row:
     meta = result.slurmx
     evidence = meta.evidence if meta else None
     energy = meta.energy if meta else None
-    reason = gate.check(result, max_error_rate=gate.threshold_of(result))
+    refusal = gate.judge(result, max_error_rate=gate.threshold_of(result))
+    reason = refusal.reason if refusal is not None else None
     return Row(
         config_key=meta.config_key if meta and meta.config_key else sweep.config_key,
         sweep_id=sweep.sweep_id,
@@ -322,6 +324,7 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> Row:
         tier_tokens=evidence.tier_tokens if evidence else None,
         valid=reason is None,
         invalid_reason=reason,
+        invalid_rule=refusal.rule if refusal is not None else None,
         labels=";".join(gate.labels(result)) if reason is None else "",
         engine_version=meta.engine_version if meta else None,
         backend_version=meta.backend_version if meta else None,

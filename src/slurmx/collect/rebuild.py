@@ -20,12 +20,10 @@ from pathlib import Path
 
 from slurmx.errors import UserError
 from slurmx.results import gate
-from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunMeta, build_result
+from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunFacts, RunMeta, build_result
 from slurmx.results.schema import Result
 from slurmx.store import atomic, ledger
 from slurmx.store.tree import PointDir, SweepDir
-
-PARTIAL = "partial replay:"
 
 
 @dataclass(frozen=True)
@@ -78,33 +76,20 @@ def rebuilt(run: PointDir, old: Result) -> Result:
     )
     telemetry = run.telemetry if run.telemetry.is_dir() else None
     logs = sorted(run.logs.glob("engine*.log")) if run.logs.is_dir() else []
-    new = build_result(record.point, run.aiperf, run=run_meta, window=window, engine_logs=logs, telemetry_dir=telemetry)
-    assert new.slurmx is not None
+    facts = RunFacts.of(meta) if meta is not None else RunFacts()
+    new = build_result(
+        record.point, run.aiperf, run=run_meta, window=window, engine_logs=logs, telemetry_dir=telemetry, facts=facts
+    )
     if meta is not None:
         _carry(old, new)
-    reason = meta.invalid_reason if meta and meta.invalid_reason and meta.invalid_reason.startswith(PARTIAL) else None
-    new.slurmx.invalid_reason = reason
-    verdict = reason or gate.check(new, max_error_rate=gate.threshold_of(new))
-    new.slurmx.invalid_reason = verdict
-    new.slurmx.labels = gate.labels(new) if verdict is None else []
-    return new
+    return gate.judged(new)  # again: the evidence carried over is part of the verdict
 
 
 def _carry(old: Result, new: Result) -> None:
     """The facts of the run no kept artifact holds (see the module docstring)."""
     assert old.slurmx is not None and new.slurmx is not None
     o, n = old.slurmx, new.slurmx
-    for name in (
-        "engine_version",
-        "backend_version",
-        "image_digest",
-        "failed_request_threshold",
-        "repeat",
-        "repeats",
-        "repeat_mode",
-        "evidence",
-    ):
-        setattr(n, name, getattr(o, name))
+    n.evidence = o.evidence  # built on the node from the live engine argv and logs
     if o.engine_metrics_source == "scrape-delta":
         new.server_metrics = old.server_metrics
         new.kv_cache_pool_tokens = old.kv_cache_pool_tokens
@@ -128,7 +113,7 @@ def rebuild_run(run: PointDir, *, dry_run: bool = False, stamp: str | None = Non
         new = rebuilt(run, old)
     except (ArtifactError, UserError, OSError) as exc:
         return Outcome(path, "skipped", why=str(exc).splitlines()[0])
-    old_reason = gate.check(old, max_error_rate=gate.threshold_of(old))
+    old_reason = old.slurmx.invalid_reason if old.slurmx else None  # the verdict as the file states it
     new_reason = new.slurmx.invalid_reason if new.slurmx else None
     facts = {
         "old_valid": old_reason is None,

@@ -59,6 +59,9 @@ class EngineMetrics:
     gpu_usage: tuple[str, ...]  # KV-cache usage gauges, any of them
     cpu_usage: str
     offload: Mapping[str, str]  # KvOffload field -> counter
+    # InferenceX's AIPERF_REQUIRED_SERVER_METRIC_PREFIX for this engine: aiperf's export must hold one such
+    # metric (the engine's own, not only a router's), else the point is invalid (None: no such check)
+    required_prefix: str | None = None
 
 
 @dataclass(frozen=True)

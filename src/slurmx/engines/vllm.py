@@ -18,6 +18,7 @@ UNPARSABLE = f"unparsable {TRANSFER_FLAG}"
 # counter names without the `_total` suffix (aiperf's export strips it; the raw text keeps it)
 METRICS = EngineMetrics(
     prefix="vllm:",
+    required_prefix="vllm:",  # what InferenceX's vLLM recipes set
     prefix_queries="vllm:prefix_cache_queries",
     prefix_hits="vllm:prefix_cache_hits",
     external_queries="vllm:external_prefix_cache_queries",

@@ -39,8 +39,7 @@ from slurmx.node.supervisor import JobInterrupted, Managed, Supervisor, Supervis
 from slurmx.node.trace import synthetic_trace, working_set_tokens, write_trace
 from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
-from slurmx.results import gate
-from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunMeta, build_result, write_result
+from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunFacts, RunMeta, build_result, write_result
 from slurmx.results.evidence import ArmInputs, log_failures
 from slurmx.results.schema import Result
 from slurmx.runtimes import Runtime, runtime_for
@@ -304,10 +303,13 @@ def _interrupted(signum: int) -> str:
     return "time limit near (SIGUSR2)" if signum == signal.SIGUSR2 else f"interrupted by {signal.Signals(signum).name}"
 
 
-def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupted: bool = False) -> Result:
-    """The point's result and its lock.json (the lock first: a result never lacks its lock).
+def _build(
+    member: Member, window: ReplayWindow, servers: Servers, *, interrupted: bool = False, partial: str | None = None
+) -> Result:
+    """The point's result, finished and judged, and its lock.json (the lock first: a result never lacks its lock).
 
-    `interrupted`: a signal ended the job; its sampler got the signal too, so no sample is awaited."""
+    `interrupted`: a signal ended the job; its sampler got the signal too, so no sample is awaited.
+    `partial`: why the replay ended early, when it did."""
     engine = next((p for p in servers.processes if p.name == "engine"), None)
     state = member.recorder.state
     nodes = (state.node or "", *servers.peers.peers()) if servers.peers is not None else ()
@@ -324,7 +326,20 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
     run_lock.write_lock(member.point.lock_json, member.record.point_id, servers.lock, processes)
     if servers.telemetry_dir is not None and window.ended_at is not None and not interrupted:
         telemetry.await_sample_after(servers.telemetry_dir, window.ended_at)
-    result = build_result(
+    versions = servers.lock.versions.engine
+    backend = member.record.point.backend_name
+    facts = RunFacts(
+        failed_request_threshold=member.spec.replay.failed_request_threshold,
+        engine_version=engines.get(member.spec.engine).version_of(versions),
+        backend_version=versions.get(backend) if backend != "none" else None,
+        image_digest=servers.lock.image_digest,
+        # the repeat is part of the result's identity; the point id stays the point's
+        repeat=member.point.repeat,
+        repeats=member.record.repeats,
+        repeat_mode=member.record.repeat_mode,
+        partial=partial,
+    )
+    return build_result(
         member.record.point,
         member.point.aiperf,
         run=run,
@@ -335,15 +350,8 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
         ],
         arm=arm,
         telemetry_dir=servers.telemetry_dir,
+        facts=facts,
     )
-    assert result.slurmx is not None
-    versions = servers.lock.versions.engine
-    result.slurmx.engine_version = engines.get(member.spec.engine).version_of(versions)
-    backend = member.record.point.backend_name
-    result.slurmx.backend_version = versions.get(backend) if backend != "none" else None
-    result.slurmx.image_digest = servers.lock.image_digest
-    result.slurmx.failed_request_threshold = member.spec.replay.failed_request_threshold
-    return result
 
 
 def keep_partial(
@@ -351,11 +359,9 @@ def keep_partial(
 ) -> None:
     """A replay ended early (time limit, cancel, a server crash): keep what aiperf wrote, marked invalid."""
     try:
-        result = _build(member, window, servers, interrupted=interrupted)
+        result = _build(member, window, servers, interrupted=interrupted, partial=reason)
     except ArtifactError:
         return  # aiperf wrote no records: nothing to keep
-    assert result.slurmx is not None
-    result.slurmx.invalid_reason = f"partial replay: {reason}".splitlines()[0]
     write_result(member.point.result_json, result)
 
 
@@ -367,16 +373,9 @@ def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
     except ArtifactError as exc:
         raise PointFailed(f"replay artifacts unusable: {exc}") from exc
     assert result.slurmx is not None
-    # the repeat is part of the result's identity; the point id stays the point's
-    result.slurmx.repeat = member.point.repeat
-    result.slurmx.repeats = member.record.repeats
-    result.slurmx.repeat_mode = member.record.repeat_mode
-    reason = gate.check(result, max_error_rate=result.slurmx.failed_request_threshold)
-    result.slurmx.invalid_reason = reason
-    result.slurmx.labels = gate.labels(result) if reason is None else []
     write_result(member.point.result_json, result)
-    if reason:
-        raise PointFailed(f"invalid result: {reason}")
+    if result.slurmx.invalid_reason:
+        raise PointFailed(f"invalid result: {result.slurmx.invalid_reason}")
 
 
 def run_group(

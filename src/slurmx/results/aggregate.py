@@ -24,24 +24,25 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from slurmx import engines
 from slurmx.config.master import WorkerSpec
 from slurmx.engines import Engine
 from slurmx.plan import Point
-from slurmx.results import energy
+from slurmx.results import energy, gate
 from slurmx.results.evidence import ArmInputs, build_evidence
 from slurmx.results.requests import PROFILE_JSON as PROFILE_JSON
 from slurmx.results.requests import PROFILE_JSONL as PROFILE_JSONL
 from slurmx.results.requests import SERVER_METRICS_JSON as SERVER_METRICS_JSON
 from slurmx.results.requests import ArtifactError as ArtifactError
 from slurmx.results.requests import _error_category as _error_category
-from slurmx.results.requests import _load_json, compute_request_metrics
+from slurmx.results.requests import _load_json, aiperf_counts, compute_request_metrics
 from slurmx.results.requests import _qps as _qps
 from slurmx.results.requests import _theoretical_hit_rate as _theoretical_hit_rate
 from slurmx.results.requests import load_records as load_records
 from slurmx.results.schema import (
+    DEFAULT_ERROR_THRESHOLD,
     ComponentMeta,
     EnergyMeta,
     MetricsSource,
@@ -49,7 +50,13 @@ from slurmx.results.schema import (
     Result,
     SlurmxMeta,
 )
-from slurmx.results.server_metrics import _warnings, counters_from_export, server_metrics_from
+from slurmx.results.server_metrics import (
+    _warnings,
+    counters_from_export,
+    export_sources,
+    metrics_export,
+    server_metrics_from,
+)
 from slurmx.results.server_metrics import compute_server_metrics as compute_server_metrics
 from slurmx.results.server_metrics import engine_counters as engine_counters
 from slurmx.results.server_metrics import kv_pool_tokens as kv_pool_tokens
@@ -71,6 +78,38 @@ class RunMeta:
 
 
 @dataclass(frozen=True)
+class RunFacts:
+    """What only the node knows of a run, beside its artifacts: the versions that ran (from the lock), the
+    error threshold it gates with (the recipe's), which repeat it is, and why the replay ended early."""
+
+    failed_request_threshold: float = DEFAULT_ERROR_THRESHOLD
+    engine_version: str | None = None
+    backend_version: str | None = None
+    image_digest: str | None = None
+    repeat: int = 1
+    repeats: int = 1
+    repeat_mode: Literal["separate-tasks", "shared-server"] | None = None
+    partial: str | None = None  # the replay ended early (time limit, cancel, a crashed server): why
+
+    @classmethod
+    def of(cls, meta: SlurmxMeta) -> RunFacts:
+        """The facts a written result recorded (what `slurmx rebuild` carries over)."""
+        partial = meta.invalid_reason if meta.invalid_rule == gate.SLURMX_PARTIAL else None
+        if partial is None and meta.invalid_reason and meta.invalid_reason.startswith(gate.PARTIAL):
+            partial = meta.invalid_reason  # written before results named their rule
+        return cls(
+            failed_request_threshold=meta.failed_request_threshold,
+            engine_version=meta.engine_version,
+            backend_version=meta.backend_version,
+            image_digest=meta.image_digest,
+            repeat=meta.repeat,
+            repeats=meta.repeats,
+            repeat_mode=meta.repeat_mode,
+            partial=partial.removeprefix(f"{gate.PARTIAL}: ") if partial else None,
+        )
+
+
+@dataclass(frozen=True)
 class ReplayWindow:
     """When the replay ran, and the engine's /metrics text scraped right before and right after it."""
 
@@ -89,8 +128,10 @@ def build_result(
     engine_logs: Sequence[Path] = (),
     arm: ArmInputs | None = None,
     telemetry_dir: Path | None = None,
+    facts: RunFacts | None = None,
 ) -> Result:
-    """The aggregate of one point's replay; its identity fields are the point's InferenceX row.
+    """One point's replay, finished: its aggregate (identity fields are the point's InferenceX row), what the
+    node knows of the run (`facts`), and the gate's verdict. The node and `slurmx rebuild` both build here.
 
     `engine_logs` are the engine's logs (one per node of a multinode engine), for the KV-cache pool size
     (kv_cache_pool_tokens); `arm` is what
@@ -115,10 +156,14 @@ def build_result(
     names = engine.metrics
     counters, source = engine_counters(server_export, window.engine_metrics_before, window.engine_metrics_after, names)
     server_metrics = server_metrics_from(records, counters, names)
+    server_metrics.sources = export_sources(server_export, names)
     if engine_logs:
         server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_logs, engine.kv_pool_log)
     meta = _slurmx_meta(point, profile, run, window, source)
     meta.requests_by_rank = requests_by_rank(counters, names)
+    # what InferenceX's gate and its required-metrics check read, so any later judge can apply them
+    meta.aiperf_counts = aiperf_counts(artifact_dir / PROFILE_JSON)
+    meta.metrics_export = metrics_export(artifact_dir, names)
     # the tier's own counters reach us through aiperf's export (it scrapes the backend's /metrics)
     exported = counters_from_export(server_export, names.rank_label)
     meta.evidence = build_evidence(
@@ -171,6 +216,19 @@ def build_result(
         setattr(result, key, value)
     if point.multinode:
         _set_worker_shape(result, point)
+    return gate.judged(_with_facts(result, facts or RunFacts()))
+
+
+def _with_facts(result: Result, facts: RunFacts) -> Result:
+    meta = result.slurmx
+    assert meta is not None
+    meta.failed_request_threshold = facts.failed_request_threshold
+    meta.engine_version, meta.backend_version = facts.engine_version, facts.backend_version
+    meta.image_digest = facts.image_digest
+    meta.repeat, meta.repeats, meta.repeat_mode = facts.repeat, facts.repeats, facts.repeat_mode
+    if facts.partial is not None:  # InferenceX's rules still come first: the gate reads this after them
+        marked = gate.partial(facts.partial)
+        meta.invalid_rule, meta.invalid_reason = marked.rule, marked.reason
     return result
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmx.results.schema import (
+    AiperfCounts,
     Latency,
     QpsStats,
     Rate,
@@ -28,6 +29,7 @@ from slurmx.results.schema import (
 PROFILE_JSONL = "profile_export.jsonl"
 PROFILE_JSON = "profile_export_aiperf.json"
 SERVER_METRICS_JSON = "server_metrics_export.json"
+SERVER_METRICS_CSV = "server_metrics_export.csv"
 _STAT_KEYS = ("mean", "p50", "p75", "p90", "p95", "std")
 
 
@@ -74,6 +76,41 @@ def load_records(path: Path) -> tuple[list[dict[str, Any]], RequestAccounting]:
     acc.records_profiled = len(records)
     acc.records_dropped_total = acc.records_total - len(records)
     return records, acc
+
+
+def aiperf_counts(path: Path) -> AiperfCounts:
+    """The request counts of aiperf's aggregate, read as InferenceX's validity gate reads them
+    (validate_agentic_result.py): `<name>.avg`, a finite non-negative number when present; what makes the
+    file unusable to that gate is kept as its message."""
+    if not path.is_file():
+        return AiperfCounts(unreadable=f"{path} not found")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            return AiperfCounts(unreadable=f"{path} must contain a JSON object")
+        return AiperfCounts(
+            request_count=_count(data, "request_count"),
+            error_request_count=_count(data, "error_request_count"),
+            completed_request_count=_count(data, "completed_request_count"),
+        )
+    except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        return AiperfCounts(unreadable=f"failed to read {path}: {exc}")
+
+
+def _count(aggregate: dict[str, Any], name: str) -> float | None:
+    metric = aggregate.get(name)
+    if metric is None:
+        return None
+    if not isinstance(metric, dict):
+        raise ValueError(f"{name} must be an object")
+    value = metric.get("avg")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}.avg must be numeric")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}.avg must be a finite non-negative number")
+    return float(value)
 
 
 def _load_json(path: Path) -> dict[str, Any]:

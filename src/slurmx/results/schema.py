@@ -262,6 +262,34 @@ class EnergyMeta(_Strict):
     total_tokens_per_s_per_kw: float | None = None
 
 
+class AiperfCounts(_Strict):
+    """What InferenceX's validity gate reads of aiperf's aggregate (profile_export_aiperf.json, each `<name>.avg`),
+    so a later judge applies its rule without the file; `unreadable`: why it could not be read (its message)."""
+
+    request_count: float | None = None  # successful profiled requests
+    error_request_count: float | None = None
+    completed_request_count: float | None = None  # successes + errors, when aiperf says so itself
+    unreadable: str | None = None
+
+    def figures(self) -> tuple[float, float | None]:
+        """(errors, completed) as InferenceX's gate counts them: a missing error count is 0, a missing completed
+        count is successes + errors; completed is None without a success count."""
+        errors = self.error_request_count or 0.0
+        if self.request_count is None:
+            return errors, None
+        completed = self.completed_request_count
+        return errors, completed if completed is not None else self.request_count + errors
+
+
+class MetricsExport(_Strict):
+    """What InferenceX's required-server-metrics check reads of aiperf's server-metrics export."""
+
+    required_prefix: str | None = None  # the engine's (None: the engine requires none)
+    json_nonempty: bool = False  # server_metrics_export.json exists and is not empty
+    csv_nonempty: bool = False  # server_metrics_export.csv exists and is not empty
+    prefix_found: bool = False  # the JSON names a metric starting with the prefix
+
+
 class SlurmxMeta(_Strict):
     """What slurmx knows about the run and InferenceX does not; never read by InferenceX."""
 
@@ -289,6 +317,9 @@ class SlurmxMeta(_Strict):
     evidence: ArmEvidence | None = None
     energy: EnergyMeta | None = None  # GPU telemetry over the window (None: no sampler ran)
     invalid_reason: str | None = None  # set when the validity gate refused the point (the file is kept)
+    invalid_rule: str | None = None  # which rule refused it (results/gate.py's RULES), with invalid_reason
+    aiperf_counts: AiperfCounts | None = None  # None: written before slurmx recorded them
+    metrics_export: MetricsExport | None = None  # None: written before slurmx recorded it
     labels: list[str] = Field(default_factory=list)  # e.g. "offload not exercised": valid, but say so
     repeat: int = 1  # which run of the point this is (`submit --repeats`); part of the result's identity
     repeats: int = 1  # how many runs were asked for
@@ -365,10 +396,24 @@ class Result(_Strict):
     slurmx: SlurmxMeta | None = None
 
     @property
+    def counts(self) -> AiperfCounts:
+        """aiperf's aggregate counts InferenceX's gate reads: as recorded; else (a file written before slurmx
+        recorded them, or an InferenceX aggregate) the per-record counts, whose errors include warmup's."""
+        recorded = self.slurmx.aiperf_counts if self.slurmx is not None else None
+        return recorded if recorded is not None else self._record_counts()
+
+    def _record_counts(self) -> AiperfCounts:
+        errors = float(self.request_accounting.records_error_dropped)
+        return AiperfCounts(request_count=float(self.num_requests_successful), error_request_count=errors)
+
+    @property
     def error_rate(self) -> float:
-        """Errored records over all records (warmup included), as the gate and the table use it."""
-        total = self.request_accounting.records_total or self.num_requests_total
-        return self.request_accounting.records_error_dropped / total if total else 0.0
+        """InferenceX's error rate (the gate's): errors over completed profiled requests (0 when none completed);
+        the per-record counts where aiperf's aggregate did not say."""
+        errors, completed = self.counts.figures()
+        if completed is None:
+            errors, completed = self._record_counts().figures()
+        return errors / completed if completed else 0.0
 
     @property
     def gpus(self) -> int:

@@ -18,10 +18,11 @@ from typing import Any
 from slurmx import engines
 from slurmx.engines import EngineMetrics, KvPoolLog
 from slurmx.results import prometheus
-from slurmx.results.requests import ArtifactError, _values
+from slurmx.results.requests import SERVER_METRICS_CSV, SERVER_METRICS_JSON, ArtifactError, _values
 from slurmx.results.schema import (
     KvCache,
     KvOffload,
+    MetricsExport,
     MetricsSource,
     PromptBySource,
     ServerCache,
@@ -251,6 +252,110 @@ def server_metrics_from(
         tokens=tokens,
     )
     return server
+
+
+# ---------------------------------------------------------------- InferenceX's per-source figures and export check
+
+# labels that tell one scraped server (a rank, a worker) from another, after its role and endpoint
+_SOURCE_LABELS = ("worker_id", "dp_rank", "engine")
+_ROLES = {"prefill": "prefill", "backend": "decode", "decode": "decode", "frontend": "router", "router": "router"}
+
+
+def export_sources(export: dict[str, Any], metrics: EngineMetrics | None = None) -> list[dict[str, Any]]:
+    """server_metrics.sources as InferenceX fills it from aiperf's export: one entry per scraped server
+    (role, endpoint, rank labels), with its prompt/generation tokens, prefix-cache hit rate and KV usage."""
+    names = metrics or engines.default().metrics
+    entries = export.get("metrics") if isinstance(export, dict) else None
+    if not isinstance(entries, dict) or not any(str(n).startswith(names.prefix) for n in entries):
+        return []  # InferenceX fills sources only through an engine adapter the export matched
+    keyed = (
+        names.prompt_tokens, names.generation_tokens, names.prefix_hits, names.prefix_queries,
+        names.gpu_usage[0], names.prompt_by_source,
+    )  # fmt: skip
+    ids = sorted({_source_id(series) for name in keyed for series in _series(entries, name)})
+    out = []
+    for source in ids:
+        hits = _series_sum(entries, names.prefix_hits, source)
+        queries = _series_sum(entries, names.prefix_queries, source)
+        usage = [v for n in names.gpu_usage for s in _series(entries, n) if _source_id(s) == source
+                 if (v := _series_value(s, ("max", "avg", "total"))) is not None]  # fmt: skip
+        out.append(
+            {
+                "id": source,
+                "role": source.split("|", 1)[0],
+                "prompt_tokens": _series_sum(entries, names.prompt_tokens, source),
+                "generation_tokens": _series_sum(entries, names.generation_tokens, source),
+                "prefix_cache_hit_rate": _rate(hits, queries),
+                "gpu_kv_cache_usage_pct": _fraction(max(usage)) if usage else None,
+            }
+        )
+    return out
+
+
+def _series(entries: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    entry = entries.get(name)
+    series = entry.get("series") if isinstance(entry, dict) else None
+    return [s for s in series if isinstance(s, dict)] if isinstance(series, list) else []
+
+
+def _series_value(series: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+    stats_ = series.get("stats")
+    if not isinstance(stats_, dict):
+        return None
+    for key in keys:
+        try:
+            return float(stats_[key])
+        except (KeyError, TypeError, ValueError):
+            continue  # absent, null or not a number: the next statistic
+    return None
+
+
+def _series_sum(entries: dict[str, Any], name: str, source: str) -> float | None:
+    values = [
+        v
+        for s in _series(entries, name)
+        if _source_id(s) == source and (v := _series_value(s, ("total", "sum", "max", "avg"))) is not None
+    ]
+    return sum(values) if values else None
+
+
+def _source_id(series: dict[str, Any]) -> str:
+    """role|endpoint|label=value...: the server a series was scraped from, as InferenceX names it."""
+    labels = series.get("labels") if isinstance(series.get("labels"), dict) else {}
+    assert isinstance(labels, dict)
+    component = str(labels.get("dynamo_component") or labels.get("component") or "")
+    parts = [_ROLES.get(component, "combined")]
+    if endpoint := series.get("endpoint_url"):
+        parts.append(str(endpoint))
+    parts += [f"{key}={labels[key]}" for key in _SOURCE_LABELS if labels.get(key) is not None]
+    return "|".join(parts)
+
+
+def metrics_export(artifact_dir: Path, metrics: EngineMetrics | None = None) -> MetricsExport:
+    """What InferenceX's `validate_required_agentic_server_metrics` reads: both export files non-empty, and
+    a metric named with the engine's required prefix in the JSON (a fixed-string scan, as its grep does)."""
+    prefix = (metrics or engines.default().metrics).required_prefix
+    json_path, csv_path = artifact_dir / SERVER_METRICS_JSON, artifact_dir / SERVER_METRICS_CSV
+    json_nonempty, csv_nonempty = _nonempty(json_path), _nonempty(csv_path)
+    found = bool(prefix) and json_nonempty and _contains(json_path, f'"{prefix}'.encode())
+    return MetricsExport(
+        required_prefix=prefix, json_nonempty=json_nonempty, csv_nonempty=csv_nonempty, prefix_found=found
+    )
+
+
+def _nonempty(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0
+
+
+def _contains(path: Path, needle: bytes, chunk: int = 1 << 20) -> bool:
+    """Whether `needle` occurs in the file, read in chunks (the export can be GiBs)."""
+    tail = b""
+    with path.open("rb") as handle:
+        while block := handle.read(chunk):
+            if needle in tail + block:
+                return True
+            tail = block[-(len(needle) - 1) :] if len(needle) > 1 else b""
+    return False
 
 
 def _warnings(server: ServerMetrics, source: MetricsSource) -> list[str]:
