@@ -172,7 +172,9 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
 
 def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> NodeLock:
     """The lock's shared part: versions read by each environment's own interpreter, GPUs, node."""
-    distributions = run_lock.engine_distributions(engines.get(first.spec.engine))
+    spec = first.spec
+    pinned = backends.get(spec.backend.name).distribution_of(spec.backend)
+    distributions = run_lock.engine_distributions(engines.get(spec.engine), pinned)
     engine = run_lock.probe_versions(supervisor, runtime, "versions-engine", runtime.engine_python, distributions)
     aiperf_python = run_lock.interpreter_of(runtime.aiperf_bin) if runtime.tools_on_host else runtime.aiperf_python
     aiperf = run_lock.probe_versions(
@@ -339,8 +341,10 @@ def _build(member: Member, window: ReplayWindow, servers: Servers, *, interrupte
     assert result.slurmx is not None
     versions = servers.lock.versions.engine
     result.slurmx.engine_version = engines.get(member.spec.engine).version_of(versions)
-    backend = member.record.point.backend_name
-    result.slurmx.backend_version = versions.get(backend) if backend != "none" else None
+    # the installed build of the arm's pin: its distribution, not the backend's name (Mooncake's is
+    # mooncake-transfer-engine, or the arm's CUDA 13 wheel)
+    pinned = backends.get(member.spec.backend.name).distribution_of(member.spec.backend)
+    result.slurmx.backend_version = versions.get(pinned) if pinned else None
     result.slurmx.image_digest = servers.lock.image_digest
     result.slurmx.failed_request_threshold = member.spec.replay.failed_request_threshold
     return result
