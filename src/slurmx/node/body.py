@@ -70,7 +70,7 @@ def run_points(sweep: SweepDir, member_ids: list[str]) -> dict[str, str]:
     try:
         with beating, Supervisor(members[0].point.path, job_marker(), grace_s=JOB_TEARDOWN_GRACE_S) as supervisor:
             if runtime.serves:
-                run_group(members, supervisor, outcomes, rendezvous)
+                run_group(members, runtime, supervisor, outcomes, rendezvous)
             else:
                 for index, member in enumerate(members):
                     if index:

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from slurmx import backends, engines
 from slurmx.engines.base import NodePart as NodePart  # re-exported: the node body builds parts
 from slurmx.node.replay import production_argv, synthetic_argv
 from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
@@ -43,11 +42,11 @@ def placed(process: Process, runtime: Runtime, prefix: list[str]) -> Process:
 
 def ports_needed(spec: ServingSpec) -> int:
     """Free ports a point needs on its node: the engine's, one behind a router, and the backend's own."""
-    return 3 + len(backends.get(spec.backend.name).port_names)
+    return 3 + len(spec.implementation.backend.port_names)
 
 
 def choose_ports(spec: ServingSpec, free: list[int]) -> ServerPorts:
-    names = backends.get(spec.backend.name).port_names
+    names = spec.implementation.backend.port_names
     return ServerPorts(
         engine=free[0],
         engine_behind_router=free[1],
@@ -81,8 +80,8 @@ def launch_plan(
 
 
 def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime, part: NodePart | None) -> LaunchPlan:
-    backend = backends.get(spec.backend.name)
-    engine = engines.get(spec.engine)
+    implemented = spec.implementation
+    backend, engine = implemented.backend, implemented.engine
     plan = LaunchPlan(engine_url=loopback(ports.engine))
     plan.servers += backend.servers(spec.backend, ports, runtime, spec.env)
     flags = spec.engine_flags
@@ -121,7 +120,7 @@ def replay_process(
 ) -> Process:
     url = loopback(ports.engine)
     env: dict[str, str] = dict(COMMON_ENV)
-    extra = backends.get(spec.backend.name).metrics_urls(spec.backend, ports)
+    extra = spec.implementation.backend.metrics_urls(spec.backend, ports)
     if spec.router is not None:
         env |= spec.router.replay_env
     if spec.replay.kind == "production":

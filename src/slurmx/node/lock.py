@@ -40,10 +40,11 @@ _PROBE = (
 )
 
 
-def engine_distributions(engine: Engine) -> tuple[str, ...]:
-    """What the engine's environment is probed for: the engine's own distributions, then every backend's."""
+def engine_distributions(engine: Engine, pinned: str | None = None) -> tuple[str, ...]:
+    """What the engine's environment is probed for: the engine's own distributions, then every backend's,
+    then the build the point's arm pins when it names another (Mooncake's CUDA 13 wheel)."""
     found = [*engine.distributions, *(b.distribution for b in backends.REGISTRY.values() if b.distribution)]
-    return tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys([*found, *([pinned] if pinned else [])]))
 
 
 def interpreter_of(script: str) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from slurmx import backends
 from slurmx.backends.base import GB
 from slurmx.node import gpu_hygiene, gpus, identity
 from slurmx.recipes.spec import ServingSpec
@@ -84,4 +83,4 @@ def preflight(
         check_node_clean(env, remove_shm, gpus_absent),
     ]
     problems = [c for c in checks if c]
-    return problems + backends.get(spec.backend.name).preflight(spec.backend, runtime)
+    return problems + spec.implementation.backend.preflight(spec.backend, runtime)

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurmx import backends
 from slurmx.node.recorder import PointFailed
 from slurmx.node.supervisor import Supervisor
 from slurmx.process import COMMON_ENV, Process
@@ -108,7 +107,7 @@ def _step(runtime: Runtime, item: str, value: str, argv: list[str], timeout_s: f
 
 def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
     """Every provisioning action of a point, in order (pure: render and the parity test read it)."""
-    backend = backends.get(spec.backend.name)
+    backend = spec.implementation.backend
     py = runtime.engine_python
     steps: list[Step] = []
     pins: list[tuple[str, str, tuple[str, ...]]] = []
@@ -167,7 +166,7 @@ def _torch_env(spec: ServingSpec, found: dict[str, str]) -> dict[str, dict[str, 
     """LMCache's compiled extension links torch's libraries, which are not on the loader's path: the server
     preloads them (its forked workers import lmcache afresh) and both it and the engine's connector find
     them on LD_LIBRARY_PATH (PR #2597)."""
-    if not backends.get(spec.backend.name).preloads_torch:
+    if not spec.implementation.backend.preloads_torch:
         return {}
     path = {"LD_LIBRARY_PATH": found["ld_library_path"]}
     return {spec.backend.name: {"LD_PRELOAD": found["ld_preload"], **path}, "engine": dict(path)}

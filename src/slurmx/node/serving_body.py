@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmx import backends, engines
 from slurmx.node import lock as run_lock
 from slurmx.node import loopback, numa, provision, telemetry
 from slurmx.node.identity import job_marker
@@ -42,7 +41,7 @@ from slurmx.recipes.spec import ServingSpec
 from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunFacts, RunMeta, build_result, write_result
 from slurmx.results.evidence import ArmInputs, log_failures
 from slurmx.results.schema import Result
-from slurmx.runtimes import Runtime, runtime_for
+from slurmx.runtimes import Runtime
 from slurmx.store.ledger import PointRecord
 from slurmx.store.lockfile import NodeLock, ProvisionStep
 from slurmx.store.tree import COMMANDS, LOGS, TEARDOWN_REPLAY_JSON, PointDir
@@ -171,7 +170,10 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
 
 def what_ran(first: Member, runtime: Runtime, supervisor: Supervisor) -> NodeLock:
     """The lock's shared part: versions read by each environment's own interpreter, GPUs, node."""
-    distributions = run_lock.engine_distributions(engines.get(first.spec.engine))
+    spec = first.spec
+    implemented = spec.implementation
+    pinned = implemented.backend.distribution_of(spec.backend)
+    distributions = run_lock.engine_distributions(implemented.engine, pinned)
     engine = run_lock.probe_versions(supervisor, runtime, "versions-engine", runtime.engine_python, distributions)
     aiperf_python = run_lock.interpreter_of(runtime.aiperf_bin) if runtime.tools_on_host else runtime.aiperf_python
     aiperf = run_lock.probe_versions(
@@ -195,12 +197,13 @@ def _link_server_logs(owner: PointDir, member: PointDir) -> None:
 def reset_caches(servers: Servers) -> None:
     """Cold caches for each concurrency on a shared server: the engine's prefix cache, then the tier's."""
     spec = servers.spec
-    path = engines.get(spec.engine).cache_reset_path()
+    implemented = spec.implementation
+    path = implemented.engine.cache_reset_path()
     engine_ok = path is None or loopback.post_ok(f"{servers.engine_direct_url}{path}")
-    for url in backends.get(spec.backend.name).cache_reset_urls(spec.backend, servers.ports):
+    for url in implemented.backend.cache_reset_urls(spec.backend, servers.ports):
         loopback.post_ok(url)
     if not engine_ok:
-        hint = engines.get(spec.engine).cache_reset_hint()
+        hint = implemented.engine.cache_reset_hint()
         raise PointFailed(f"could not reset the engine's prefix cache between points ({hint})")
 
 
@@ -252,7 +255,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
     process = replay_process(spec, servers.ports, runtime, artifacts, trace, turns)
     member.replay = process
     member.working_set_tokens = working_set
-    metrics_url = servers.engine_direct_url + engines.get(spec.engine).metrics_path
+    metrics_url = servers.engine_direct_url + spec.implementation.engine.metrics_path
     before = loopback.get_text(metrics_url)
     started = time.time()
     try:
@@ -327,11 +330,14 @@ def _build(
     if servers.telemetry_dir is not None and window.ended_at is not None and not interrupted:
         telemetry.await_sample_after(servers.telemetry_dir, window.ended_at)
     versions = servers.lock.versions.engine
-    backend = member.record.point.backend_name
+    implemented = member.spec.implementation
+    # the installed build of the arm's pin: its distribution, not the backend's name (Mooncake's is
+    # mooncake-transfer-engine, or the arm's CUDA 13 wheel)
+    pinned = implemented.backend.distribution_of(member.spec.backend)
     facts = RunFacts(
         failed_request_threshold=member.spec.replay.failed_request_threshold,
-        engine_version=engines.get(member.spec.engine).version_of(versions),
-        backend_version=versions.get(backend) if backend != "none" else None,
+        engine_version=implemented.engine.version_of(versions),
+        backend_version=versions.get(pinned) if pinned else None,
         image_digest=servers.lock.image_digest,
         # the repeat is part of the result's identity; the point id stays the point's
         repeat=member.point.repeat,
@@ -379,11 +385,15 @@ def aggregate(member: Member, window: ReplayWindow, servers: Servers) -> None:
 
 
 def run_group(
-    members: list[Member], supervisor: Supervisor, outcomes: dict[str, str], peers: Rendezvous | None = None
+    members: list[Member],
+    runtime: Runtime,
+    supervisor: Supervisor,
+    outcomes: dict[str, str],
+    peers: Rendezvous | None = None,
 ) -> None:
-    """Run every member on one set of servers; a member's failure does not stop the next one."""
+    """Run every member on one set of servers, started by `runtime` (the body resolved it once for the task);
+    a member's failure does not stop the next one."""
     first = members[0]
-    runtime = runtime_for(first.record.cluster_profile, first.record.point.image)
     try:
         servers = start_servers(first, runtime, supervisor, peers)
     except PointFailed as exc:

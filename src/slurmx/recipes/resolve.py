@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from slurmx import backends, engines
@@ -14,15 +13,7 @@ from slurmx.flags import render_flags
 from slurmx.plan import NodeLayout, Point
 from slurmx.recipes.load import RecipeFile, Recipes, arm_flags
 from slurmx.recipes.model import Match, Recipe
-from slurmx.recipes.spec import DRAFT_PATH, RouterSpec, ServingSpec
-
-
-@dataclass(frozen=True)
-class Implementation:
-    """What serves a point in slurmx, looked up once: its engine and its KV-offload backend."""
-
-    engine: Engine
-    backend: Backend[Any]
+from slurmx.recipes.spec import DRAFT_PATH, Implementation, RouterSpec, ServingSpec
 
 
 def _backend(file: RecipeFile, point: Point, backend: Backend[Any]) -> BackendSpec:

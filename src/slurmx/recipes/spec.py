@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
-from slurmx.backends import AnyBackendSpec
+from slurmx import backends, engines
+from slurmx.backends import AnyBackendSpec, Backend
 from slurmx.engines import DEFAULT as DEFAULT_ENGINE
+from slurmx.engines import Engine
 from slurmx.recipes.model import Replay
 
 DRAFT_PATH = "{draft_model_path}"  # replaced by the draft's local path where the runtime is known
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """What serves a point in slurmx, looked up once: its engine and its KV-offload backend."""
+
+    engine: Engine
+    backend: Backend[Any]
 
 
 class RouterSpec(BaseModel):
@@ -49,6 +62,12 @@ class ServingSpec(BaseModel):
     draft_model: str | None = None  # under the runtime's model root; DRAFT_PATH in engine_flags stands for it
     nodes: int = 1  # > 1: one engine across nodes, the head serving and the others headless (docs/multinode.md)
     ranks_per_node: int = 1  # data-parallel engine ranks on each node of a multinode engine
+
+    @property
+    def implementation(self) -> Implementation:
+        """The engine and backend this spec names, from their registries: the one place the node and render
+        look them up by name."""
+        return Implementation(engines.get(self.engine), backends.get(self.backend.name))
 
     def provenance_free(self) -> dict[str, object]:
         """The spec without where the recipe came from: equal when the same thing would run."""

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 from slurmx.plan import Point, server_groups
-from slurmx.runtimes import runtime_for
 from slurmx.slurm.request import SlurmRequest, mem_mb
 from slurmx.slurm.sbatch import ArrayPlan
 from slurmx.store.tree import member_id
@@ -55,7 +54,7 @@ def array_plans(
                 groups=groups,
                 array_parallelism=max_parallel or slurm.array_parallelism,
                 signal_delay_s=slurm.signal_delay_s,
-                setup=[*profile_setup(slurm.setup), *runtime_for(first.profile, first.point.image).setup_lines()],
+                setup=[*profile_setup(slurm.setup), *first.runtime.setup_lines()],
             )
         )
     return plans

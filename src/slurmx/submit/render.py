@@ -11,7 +11,6 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from slurmx import backends
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node import numa, provision
@@ -50,16 +49,15 @@ def _process_text(process: Process) -> str:
 
 
 def review_ports(spec: ServingSpec) -> ServerPorts:
-    names = backends.get(spec.backend.name).port_names
+    names = spec.implementation.backend.port_names
     named = {name: REVIEW_PORTS.get(name, 23888 + 1000 * i) for i, name in enumerate(names)}
     return ServerPorts(engine=8888, engine_behind_router=8889, router_metrics=18888, named=named)
 
 
 def point_processes(item: Resolved) -> list[Process]:
     """Every process a serving point starts, in order, at the review ports: what `render` prints."""
-    point, spec = item.point, item.serving
+    spec, runtime = item.serving, item.runtime
     assert spec is not None, "a command point starts no serving processes"
-    runtime = runtime_for(item.profile, point.image)
     ports = review_ports(spec)
     # the NUMA placement as the job body applies it, with the GPUs' NUMA nodes still to be read on the node
     prefix = numa.review_prefix(item.profile.node.numa_policy if item.profile.node else "none")
@@ -87,7 +85,7 @@ def render_point(item: Resolved) -> str:
     header = _header(point)
     if spec is None:
         return f"{header}\n# runtime kind command: {shlex.join(item.profile.runtime.command or []) if item.profile.runtime else ''}\n"
-    steps = provision.plan(spec, runtime_for(item.profile, point.image))
+    steps = provision.plan(spec, item.runtime)
     provisioning = list({s.process.name: s.process for s in steps}.values())  # one process may check several
     return "\n\n".join([header, *(_process_text(p) for p in [*provisioning, *point_processes(item)])]) + "\n"
 

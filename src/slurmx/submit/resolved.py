@@ -13,7 +13,7 @@ from slurmx.node.preflight import memory_margin_bytes
 from slurmx.plan import Point, node_layout, server_gpus
 from slurmx.recipes.resolve import implementation, resolve
 from slurmx.recipes.spec import ServingSpec
-from slurmx.runtimes import runtime_for
+from slurmx.runtimes import Runtime, runtime_for
 from slurmx.slurm.request import SlurmRequest, slurm_request
 from slurmx.store.ledger import PointRecord, RepeatMode
 from slurmx.submit.disagg import WHY_NOT_SUBMITTED
@@ -25,6 +25,7 @@ class Resolved:
     profile: ClusterProfile
     request: SlurmRequest
     serving: ServingSpec | None  # None when the runtime serves nothing (kind command)
+    runtime: Runtime  # how the point's processes start on its nodes (the profile's runtime for its image)
 
     @property
     def repeat_mode(self) -> RepeatMode:
@@ -147,5 +148,5 @@ def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved
         layout = node_layout(point, profile.gpus_per_node)
         serving = resolve(point, inputs.recipes(), layout, parts) if runtime.serves else None
         check_numa_bind(point, profile, serving, inputs, parts.engine)
-        out.append(Resolved(point, profile, point_request(point, profile, serving), serving))
+        out.append(Resolved(point, profile, point_request(point, profile, serving), serving, runtime))
     return out, refused

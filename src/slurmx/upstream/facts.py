@@ -19,7 +19,6 @@ from typing import Any
 from slurmx import engines
 from slurmx.node import provision
 from slurmx.process import Process
-from slurmx.runtimes import runtime_for
 from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import Capture, Started
 
@@ -192,7 +191,7 @@ def differences(upstream: Facts, ours: Facts) -> list[Difference]:
 
 def job_env(item: Resolved) -> dict[str, str]:
     """What the sbatch preamble exports for every process of the job."""
-    lines = runtime_for(item.profile, item.point.image).setup_lines()
+    lines = item.runtime.setup_lines()
     return {m.group(1): m.group(2) for line in lines if (m := _EXPORT.match(line))}
 
 
@@ -200,7 +199,7 @@ def slurmx_provision_facts(item: Resolved) -> Facts:
     """The job body's provisioning step (slurmx.node.provision), as facts: what it installs, checks and
     downloads, named as the upstream capture names the script's own actions."""
     assert item.serving is not None
-    steps = provision.plan(item.serving, runtime_for(item.profile, item.point.image))
+    steps = provision.plan(item.serving, item.runtime)
     return {("provision", s.item): s.value for s in steps}
 
 
@@ -223,6 +222,6 @@ def point_facts(item: Resolved, processes: list[Process], staged: bool) -> Facts
     """slurmx's facts of one resolved point: its processes (render's point_processes), job env, provisioning;
     `staged` (the capture staged the model): the model's path in the runtime as MODEL_PATH too."""
     assert item.serving is not None
-    model = runtime_for(item.profile, item.point.image).model_path(item.serving.model)
+    model = item.runtime.model_path(item.serving.model)
     paths = {model: MODEL_PATH} if staged else {}
     return slurmx_facts(processes, job_env(item), slurmx_provision_facts(item), paths)
