@@ -112,5 +112,5 @@ def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] 
          "kind": "cluster-layout", "why": LAYOUT_WHY}
         for d in diffs
     ]  # fmt: skip
-    head = "# Written by `slurmx recipes import`: layout-only differences (cluster-layout); review each.\n"
+    head = f"# {key}: declared rows. Reviewed rows are kept as written; `slurmx recipes import` writes the cluster-layout ones.\n"
     return head + yaml.safe_dump({"differences": rows}, sort_keys=False, width=120)
