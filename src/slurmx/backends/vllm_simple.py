@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Final, Literal
 
 from slurmx.backends.base import GB, Arm, BackendSpec, BaseBackend, TierReading, backend_version
 from slurmx.engines.base import Engine, KvOffload
@@ -11,8 +11,8 @@ from slurmx.plan import Point
 from slurmx.process import ServerPorts
 
 GIB = 1 << 30
-PER_RANK = "cpu_bytes_to_use_per_rank"
-WHOLE = "cpu_bytes_to_use"
+PER_RANK: Final = "cpu_bytes_to_use_per_rank"
+WHOLE: Final = "cpu_bytes_to_use"
 
 
 class VllmSimpleArm(Arm):

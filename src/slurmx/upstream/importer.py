@@ -62,7 +62,9 @@ class ImportRefused(Exception):
 def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, list[Flags]], dict[str, str]]:
     """Each point's engine flags (computed ones taken out), each arm's connector JSONs, and the draft model."""
     engine = engines.get(captured[0].point.framework)
-    observed, connectors, draft = [], {}, {}
+    observed: list[Observed] = []
+    connectors: dict[str, list[Flags]] = {}
+    draft: dict[str, str] = {}
     for c in captured:
         found = _engine_started(c)
         if found is None:
