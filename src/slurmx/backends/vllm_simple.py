@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from slurmx.backends.base import GB, Arm, BackendSpec, BaseBackend, TierReading, backend_version
 from slurmx.engines.base import Engine, KvOffload
@@ -74,6 +74,36 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         return TierReading(
             counters, absent="vLLM's CPU offload counters count bytes, not tokens: no tier-side hit figure"
         )
+
+    def knobs_from_connector(self, configs: list[dict[str, Any]], points: list[Point]) -> dict[str, Any]:
+        """The vllm-simple arm's sizing knobs that rebuild the captured SimpleCPUOffloadConnector JSON."""
+        extras = [c.get("kv_connector_extra_config") for c in configs]
+        if not all(isinstance(e, dict) for e in extras):
+            raise ValueError("a connector JSON without kv_connector_extra_config")
+        knobs: dict[str, Any] = {}
+        first: dict[str, Any] = extras[0]  # type: ignore[assignment]  # every one is a dict: checked above
+        setting = "cpu_bytes_to_use" if "cpu_bytes_to_use" in first else "cpu_bytes_to_use_per_rank"
+        for unit, name in ((GB, "GB"), (GIB, "GiB")):
+            expect = [
+                p.total_cpu_dram_gb * unit if setting == "cpu_bytes_to_use" else int(p.total_cpu_dram_gb * unit / p.tp)
+                for p in points
+            ]
+            if [e.get(setting) for e in extras if isinstance(e, dict)] == expect:
+                knobs = {"size-setting": setting, "budget-unit": name}
+                break
+        else:
+            raise ValueError(f"{setting} follows neither GB nor GiB of the point's DRAM budget")
+        lazy = {e.get("lazy_offload") for e in extras if isinstance(e, dict)}
+        if len(lazy) > 1:
+            raise ValueError("lazy_offload differs between points")
+        if (value := lazy.pop()) is not None:
+            knobs["lazy-offload"] = value
+        rest = sorted({k for e in extras if isinstance(e, dict) for k in e} - {setting, "lazy_offload"})
+        if rest:
+            raise ValueError(f"connector settings no arm knob builds: {', '.join(rest)}")
+        # slurmx's defaults are left out, so an arm reads as what differs from them
+        return {k: v for k, v in knobs.items() if (k, v) not in {("size-setting", "cpu_bytes_to_use_per_rank"),
+                                                                ("budget-unit", "GB")}}  # fmt: skip
 
 
 BACKEND = VllmSimple()

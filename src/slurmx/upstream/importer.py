@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from slurmx import engines
+from slurmx import backends, engines
 from slurmx.flags import Flags
 from slurmx.plan import Point
 from slurmx.store.atomic import write_text
@@ -26,7 +26,6 @@ from slurmx.upstream.facts import capture_paths, provision_facts
 from slurmx.upstream.inferencex import content_digest, git_commit
 
 DATE_LINE = "# imported: "  # the header line that alone may differ between two imports of one tree
-GIB = 1 << 30
 DEFAULT_HASH_SEED = "0"  # where upstream sets none on any arm (a difference check names, for review)
 
 
@@ -71,9 +70,10 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
             raise ImportRefused(f"{c.point.exp_name}: the script started no engine (exited {c.capture.returncode})")
         _, argv, env = found
         _, flags = parse_flags(argv)
-        transfer = flags.get("--kv-transfer-config")
-        if isinstance(transfer, dict):
-            connectors.setdefault(arm_of(c.point), []).append(transfer)
+        # the connector JSON: a computed flag's JSON object naming a connector
+        for name, value in flags.items():
+            if name in engine.computed_flags and isinstance(value, dict) and "kv_connector" in value:
+                connectors.setdefault(arm_of(c.point), []).append(value)  # type: ignore[arg-type]  # JSON object
         flags = {n: v for n, v in flags.items() if n not in engine.computed_flags}
         speculative = flags.get(SPECULATIVE)
         if isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
@@ -98,43 +98,12 @@ def _placeholders(value: str, c: Captured) -> str:
     return value
 
 
-def vllm_simple_knobs(configs: list[Flags], points: list[Point]) -> dict[str, Any]:
-    """The vllm-simple arm's sizing knobs that rebuild the captured SimpleCPUOffloadConnector JSON."""
-    extras = [c.get("kv_connector_extra_config") for c in configs]
-    if not all(isinstance(e, dict) for e in extras):
-        raise ImportRefused("vllm-simple: a connector JSON without kv_connector_extra_config")
-    knobs: dict[str, Any] = {}
-    first: dict[str, Any] = extras[0]  # type: ignore[assignment]  # every one is a dict: checked above
-    setting = "cpu_bytes_to_use" if "cpu_bytes_to_use" in first else "cpu_bytes_to_use_per_rank"
-    for unit, name in ((10**9, "GB"), (GIB, "GiB")):
-        expect = [
-            p.total_cpu_dram_gb * unit if setting == "cpu_bytes_to_use" else int(p.total_cpu_dram_gb * unit / p.tp)
-            for p in points
-        ]
-        if [e.get(setting) for e in extras if isinstance(e, dict)] == expect:
-            knobs = {"size-setting": setting, "budget-unit": name}
-            break
-    else:
-        raise ImportRefused(f"vllm-simple: {setting} follows neither GB nor GiB of the point's DRAM budget")
-    lazy = {e.get("lazy_offload") for e in extras if isinstance(e, dict)}
-    if len(lazy) > 1:
-        raise ImportRefused("vllm-simple: lazy_offload differs between points")
-    if (value := lazy.pop()) is not None:
-        knobs["lazy-offload"] = value
-    rest = sorted({k for e in extras if isinstance(e, dict) for k in e} - {setting, "lazy_offload"})
-    if rest:
-        raise ImportRefused(f"vllm-simple: connector settings no arm knob builds: {', '.join(rest)}")
-    # slurmx's defaults are left out, so an arm reads as what differs from them
-    return {k: v for k, v in knobs.items() if (k, v) not in {("size-setting", "cpu_bytes_to_use_per_rank"),
-                                                            ("budget-unit", "GB")}}  # fmt: skip
-
-
 def arm_knobs(arm: str, configs: list[Flags], points: list[Point]) -> dict[str, Any]:
-    if arm == "none":
-        return {}
-    if arm == "vllm-simple":
-        return vllm_simple_knobs(configs, points)
-    raise ImportRefused(f"arm {arm}: the importer cannot derive its knobs from the captured connector JSON yet")
+    """The arm's typed knobs its backend rebuilds the captured connector JSON from (the backend knows how)."""
+    try:
+        return backends.get(arm).knobs_from_connector(configs, points)
+    except ValueError as why:
+        raise ImportRefused(f"arm {arm}: {why}") from None
 
 
 def _flag_data(flags: Flags) -> dict[str, Any]:
@@ -153,7 +122,7 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
     positional, _ = parse_flags(argv)
     block = derived.flags.get("--block-size")
     engine["launcher"] = [program, *positional[:-1]]  # the model path is the last positional
-    engine["block-size"] = block if isinstance(block, int) else 16  # vLLM's default when the script passes none
+    engine["block-size"] = block if isinstance(block, int) else 16  # the engine's default block when none is passed
     if derived.max_num_seqs_per_conc is not None:
         engine["max-num-seqs-per-conc"] = derived.max_num_seqs_per_conc
     if derived.capture_size_is_max_num_seqs:
