@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -97,6 +97,10 @@ class Backend(Protocol[S]):
         """Rules a recipe arm must obey to run this backend (checked when the recipe loads)."""
         ...
 
+    def knobs_from_connector(self, configs: list[dict[str, Any]], points: list[Point]) -> dict[str, Any]:
+        """The arm knobs that rebuild a script's captured connector JSON (recipes import); ValueError: cannot."""
+        ...
+
     def spec(self, arm: Arm, point: Point) -> S:
         """The sizes this point runs with, from its DRAM budget; ArmProblem if the arm cannot serve it."""
         ...
@@ -153,6 +157,12 @@ class BaseBackend(Generic[S]):
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         return []
+
+    def knobs_from_connector(self, configs: list[dict[str, Any]], points: list[Point]) -> dict[str, Any]:
+        """The arm knobs that rebuild a script's captured connector JSON (recipes import); ValueError: cannot."""
+        if configs:
+            raise ValueError("the importer cannot derive this backend's knobs from the captured connector JSON yet")
+        return {}
 
     def spec(self, arm: Arm, point: Point) -> S:
         raise NotImplementedError

@@ -3,27 +3,51 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, Final, Literal
 
-from slurmx.backends.base import Arm, BackendSpec, BaseBackend, TierReading, backend_version
+from slurmx.backends.base import GB, Arm, BackendSpec, BaseBackend, TierReading, backend_version
 from slurmx.engines.base import Engine, KvOffload
 from slurmx.plan import Point
 from slurmx.process import ServerPorts
 
+GIB = 1 << 30
+PER_RANK: Final = "cpu_bytes_to_use_per_rank"
+WHOLE: Final = "cpu_bytes_to_use"
+
+
+class VllmSimpleArm(Arm):
+    """How the connector is sized: per GPU rank in GB (the default), or, as some InferenceX scripts pass it,
+    the whole budget (`cpu_bytes_to_use`) in GiB; `lazy-offload` passed only when set."""
+
+    size_setting: Literal["cpu_bytes_to_use_per_rank", "cpu_bytes_to_use"] = PER_RANK
+    budget_unit: Literal["GB", "GiB"] = "GB"
+    lazy_offload: bool | None = None
+
 
 class VllmSimpleSpec(BackendSpec):
     cpu_bytes_per_rank: int
+    size_setting: str = PER_RANK
+    cpu_bytes: int | None = None  # the whole budget, when size_setting is cpu_bytes_to_use
+    lazy_offload: bool | None = None
 
 
 class VllmSimple(BaseBackend[VllmSimpleSpec]):
     name = "vllm-simple"
     spec_model = VllmSimpleSpec
+    arm_model = VllmSimpleArm
     connector = "SimpleCPUOffloadConnector"
 
     def spec(self, arm: Arm, point: Point) -> VllmSimpleSpec:
         # the budget is one server's (a multinode point's: one prefill worker's, plan's multinode rule),
         # shared by that server's GPU ranks
-        per_rank = int(point.total_cpu_dram_gb * 1e9 / point.server_gpus)
-        return VllmSimpleSpec(name=self.name, version=backend_version(point), cpu_bytes_per_rank=per_rank)
+        knobs = arm if isinstance(arm, VllmSimpleArm) else VllmSimpleArm()
+        unit = GIB if knobs.budget_unit == "GiB" else GB
+        per_rank = int(point.total_cpu_dram_gb * unit / point.server_gpus)
+        whole = point.total_cpu_dram_gb * unit if knobs.size_setting == WHOLE else None
+        return VllmSimpleSpec(
+            name=self.name, version=backend_version(point), cpu_bytes_per_rank=per_rank,
+            size_setting=knobs.size_setting, cpu_bytes=whole, lazy_offload=knobs.lazy_offload,
+        )  # fmt: skip
 
     def refusal(self, engine: Engine) -> str | None:
         if engine.name != "vllm":  # the connector is part of vLLM itself
@@ -32,7 +56,11 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
 
     def offload(self, spec: VllmSimpleSpec, ports: ServerPorts, engine: str) -> KvOffload | None:
         assert self.connector is not None
-        return KvOffload(self.connector, {"cpu_bytes_to_use_per_rank": spec.cpu_bytes_per_rank})
+        size = spec.cpu_bytes if spec.size_setting == WHOLE and spec.cpu_bytes is not None else spec.cpu_bytes_per_rank
+        settings: dict[str, object] = {spec.size_setting: size}
+        if spec.lazy_offload is not None:
+            settings["lazy_offload"] = spec.lazy_offload
+        return KvOffload(self.connector, settings)
 
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
         # vLLM's own CPU offload counters; they count bytes, so the tier side has no token figure
@@ -46,6 +74,36 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         return TierReading(
             counters, absent="vLLM's CPU offload counters count bytes, not tokens: no tier-side hit figure"
         )
+
+    def knobs_from_connector(self, configs: list[dict[str, Any]], points: list[Point]) -> dict[str, Any]:
+        """The vllm-simple arm's sizing knobs that rebuild the captured SimpleCPUOffloadConnector JSON."""
+        extras = [c.get("kv_connector_extra_config") for c in configs]
+        if not all(isinstance(e, dict) for e in extras):
+            raise ValueError("a connector JSON without kv_connector_extra_config")
+        knobs: dict[str, Any] = {}
+        first: dict[str, Any] = extras[0]  # type: ignore[assignment]  # every one is a dict: checked above
+        setting = "cpu_bytes_to_use" if "cpu_bytes_to_use" in first else "cpu_bytes_to_use_per_rank"
+        for unit, name in ((GB, "GB"), (GIB, "GiB")):
+            expect = [
+                p.total_cpu_dram_gb * unit if setting == "cpu_bytes_to_use" else int(p.total_cpu_dram_gb * unit / p.tp)
+                for p in points
+            ]
+            if [e.get(setting) for e in extras if isinstance(e, dict)] == expect:
+                knobs = {"size-setting": setting, "budget-unit": name}
+                break
+        else:
+            raise ValueError(f"{setting} follows neither GB nor GiB of the point's DRAM budget")
+        lazy = {e.get("lazy_offload") for e in extras if isinstance(e, dict)}
+        if len(lazy) > 1:
+            raise ValueError("lazy_offload differs between points")
+        if (value := lazy.pop()) is not None:
+            knobs["lazy-offload"] = value
+        rest = sorted({k for e in extras if isinstance(e, dict) for k in e} - {setting, "lazy_offload"})
+        if rest:
+            raise ValueError(f"connector settings no arm knob builds: {', '.join(rest)}")
+        # slurmx's defaults are left out, so an arm reads as what differs from them
+        return {k: v for k, v in knobs.items() if (k, v) not in {("size-setting", "cpu_bytes_to_use_per_rank"),
+                                                                ("budget-unit", "GB")}}  # fmt: skip
 
 
 BACKEND = VllmSimple()

@@ -22,7 +22,19 @@ from slurmx.recipes.resolve import match_values
 from slurmx.submit.render import point_processes
 from slurmx.submit.resolved import Resolved, resolve_runnable
 from slurmx.upstream.compare import PointCompare, compare_point, stale, undeclared
-from slurmx.upstream.declared import Declared, load_declared
+from slurmx.upstream.declared import Declared, is_layout, load_declared, render_rows
+from slurmx.upstream.facts import Difference
+from slurmx.upstream.importer import (
+    Captured,
+    ImportRefused,
+    capture_point,
+    header,
+    import_key,
+    recipe_stem,
+    render_recipe,
+    today,
+    write_if_changed,
+)  # fmt: skip
 from slurmx.upstream.inferencex import upstream_for
 
 GENERIC_TABLE = Path(__file__).resolve().parents[3] / "docs" / "upstream-differences.yaml"
@@ -34,11 +46,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("recipes", help="check or import serving recipes against InferenceX's scripts")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     check = actions.add_parser("check", help="compare every point's processes with InferenceX's script")
-    for action in (check,):
+    imp = actions.add_parser("import", help="derive each key's recipe from InferenceX's script, into jobs/")
+    for action in (check, imp):
         action.add_argument("keys", nargs="*", metavar="KEY", help="config keys (default: see --help of the action)")
         action.add_argument("--inferencex", type=Path, required=True, metavar="DIR", help="an InferenceX checkout")
         action.add_argument("--jobs", type=Path, metavar="DIR", help="recipe directory (default: jobs/)")
     check.set_defaults(func=run_check)
+    imp.set_defaults(func=run_import)
 
 
 def inferencex_inputs(tree: Path, keys: list[str], jobs: Path | None) -> Inputs:
@@ -123,3 +137,55 @@ def run_check(args: argparse.Namespace) -> int:
         f"{len(used)} declared rows used: every difference declared"
     )
     return 2 if skipped or inputs.errors or not compared else 0
+
+
+def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoolExecutor) -> str:
+    """Capture every point of `key`, derive its recipe, write it (unless unchanged); what happened, one line."""
+    points = inputs.key_points(key)
+    captured: list[Captured] = list(pool.map(lambda p: capture_point(p, upstream_for(tree, p)), points))
+    data = import_key(key, captured)
+    gpu = points[0].runner.removeprefix("cluster:").split("-")[0]
+    stem = recipe_stem(points[0], gpu)
+    data["recipe"] = stem.replace("_", "-")
+    path = jobs / f"{stem}.yaml"
+    clash = inputs.recipes().find(match_values(points[0]))
+    if clash is not None and clash.path.resolve() != path.resolve():
+        raise ImportRefused(f"{clash.path} already serves this key's match: move it aside to import")
+    text = render_recipe(header(tree, captured[0].upstream, key, today()), data)
+    written = write_if_changed(path, text)
+    rows = generic_rows(tree, key, jobs)
+    table = jobs / DIFFERENCES_DIR / f"{stem}.yaml"
+    reviewed = load_declared(table) if table.is_file() else []
+    rows_written = write_if_changed(table, render_rows(key, rows, reviewed)) if rows or reviewed else False
+    what = (
+        f"{len(rows)} generic declared rows in {table}{'' if rows_written else ' (unchanged)'}" if rows else "no rows"
+    )
+    return f"{key}: {'wrote' if written else 'unchanged'} {path} ({len(points)} points); {what}"
+
+
+def generic_rows(tree: Path, key: str, jobs: Path) -> list[Difference]:
+    """The differences check finds with the new recipe that are layout only (kind cluster-layout): the model,
+    draft and downloads at the cluster profile's paths. Any other difference is left for review."""
+    inputs = inferencex_inputs(tree, [key], jobs)  # fresh: the recipe just written
+    compared, _ = check_keys(tree, inputs, [key])
+    own = [r for r in table_for(jobs, inputs, key) if r.where.startswith(str(jobs / DIFFERENCES_DIR))]
+    generic = [r for r in table_for(jobs, inputs, key) if r not in own]
+    found = {d for c in compared for d in c.diffs if is_layout(d) and not any(r.covers(key, d) for r in generic)}
+    return sorted(found, key=lambda d: (d.process, d.item, d.upstream or "", d.slurmx or ""))
+
+
+def run_import(args: argparse.Namespace) -> int:
+    inputs = inferencex_inputs(args.inferencex, args.keys, args.jobs)
+    jobs = args.jobs or paths.jobs_dir()
+    keys = _keys(inputs, args.keys, need_recipe=False)
+    for error in inputs.errors:
+        print(f"slurmx: error: {error}", file=sys.stderr)
+    refused = 0
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        for key in keys:
+            try:
+                print(import_one(args.inferencex, inputs, key, jobs, pool))
+            except ImportRefused as why:
+                refused += 1
+                print(f"{key}: not imported: {why}")
+    return 1 if refused else 2 if inputs.errors or not keys else 0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from slurmx.config.yamlfile import load_yaml
 from slurmx.errors import ConfigError
@@ -81,3 +84,33 @@ def load_declared(path: Path) -> list[Declared]:
             )
         )
     return out
+
+
+LAYOUT_WHY = (
+    "cluster layout: upstream's launcher stages the weights (and any draft) at its own path ($MODEL_PATH, the "
+    "capture's work dir), slurmx at the cluster profile's model root, and serves the model under its config name"
+)  # fmt: skip
+_LAYOUT_MARKS = ("$MODEL_PATH", "<work>/")
+
+
+def is_layout(diff: Difference) -> bool:
+    """A difference in where files live only: a staged path on one side, the model root's on the other."""
+    if diff.item.startswith("download model "):
+        return diff.upstream is None or diff.upstream.startswith(_LAYOUT_MARKS)
+    return diff.upstream is not None and diff.upstream.startswith(_LAYOUT_MARKS) and diff.slurmx is not None
+
+
+def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] = ()) -> str:
+    """A key's declared rows: the reviewed rows a person wrote (kept as they are), then the layout rows."""
+    kept = [
+        {"keys": list(r.keys), "processes": list(r.processes), "item": r.item, "upstream": r.upstream,
+         "slurmx": r.slurmx, "kind": r.kind, "why": r.why}
+        for r in reviewed if r.why != LAYOUT_WHY
+    ]  # fmt: skip
+    rows = kept + [
+        {"keys": [key], "processes": [d.process], "item": d.item, "upstream": d.upstream, "slurmx": d.slurmx,
+         "kind": "cluster-layout", "why": LAYOUT_WHY}
+        for d in diffs
+    ]  # fmt: skip
+    head = f"# {key}: declared rows. Reviewed rows are kept as written; `slurmx recipes import` writes the cluster-layout ones.\n"
+    return head + yaml.safe_dump({"differences": rows}, sort_keys=False, width=120)

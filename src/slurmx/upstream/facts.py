@@ -75,7 +75,8 @@ def argv_facts(process: str, argv: list[str], paths: Mapping[str, str]) -> Facts
             while (process, item) in facts:
                 item += "#"  # a repeated flag
             if value[:1] in "{[" and value:
-                facts.update({(process, k): v for k, v in _leaves(item, json.loads(value)).items()})
+                leaves = _leaves(item, json.loads(value)).items()  # a path inside JSON (a draft model) too
+                facts.update({(process, k): _paths(v, paths) for k, v in leaves})
             else:
                 facts[(process, item)] = number(_paths(value, paths))
         else:

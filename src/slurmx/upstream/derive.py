@@ -1,0 +1,283 @@
+"""A serving recipe's engine part derived from what InferenceX's script started on every point of a key.
+
+Pure: the input is one `Observed` per point (its arm, parallelism, concurrency, and the engine's flags
+and env as the capture saw them); the output is the recipe's engine rules (base flags, per-arm deltas,
+EP flags, per-concurrency rules, the computed sizings) or the points and flags no rule fits. Each flag
+is placed by the first rule that reproduces it on every point: one value everywhere (base), one value
+per arm (arm delta), present exactly on EP points (ep-flags), one value per contiguous range of
+concurrencies (per-conc). Anything else is a `Misfit`: the importer reports it and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmx.flags import Flags, FlagValue
+
+ABSENT = "<absent>"  # a flag the point does not pass (distinct from any value)
+COMPILATION = "--compilation-config"
+CAPTURE_SIZES = "cudagraph_capture_sizes"
+MAX_NUM_SEQS = "--max-num-seqs"
+MAX_CAPTURE = "--max-cudagraph-capture-size"
+SPECULATIVE = "--speculative-config"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One point as upstream ran it: the engine's flags (parsed values) and the env it set."""
+
+    name: str  # the point's name, for reports (exp-name)
+    arm: str  # its kv-offload backend, "none" without one
+    tp: int
+    ep: int
+    dp_attn: bool
+    conc: int
+    flags: Flags
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Misfit:
+    """A flag (or env variable) whose values over the points no rule of the recipe model reproduces."""
+
+    item: str
+    why: str
+    values: tuple[tuple[str, str], ...]  # (point, value) pairs, for the report
+
+    def line(self) -> str:
+        shown = ", ".join(f"{p}={v}" for p, v in self.values[:6])
+        more = f" (+{len(self.values) - 6} more)" if len(self.values) > 6 else ""
+        return f"{self.item}: {self.why}: {shown}{more}"
+
+
+@dataclass(frozen=True)
+class ConcRange:
+    conc_min: int | None
+    conc_max: int | None
+    flags: Flags
+
+
+@dataclass
+class ArmDelta:
+    add: Flags = field(default_factory=dict)
+    remove: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Derived:
+    env_policy: dict[str, str]
+    flags: Flags
+    arms: dict[str, ArmDelta]
+    ep_flags: Flags
+    per_conc: list[ConcRange]
+    max_num_seqs_per_conc: int | None = None
+    capture_size_is_max_num_seqs: bool = False
+    capture_tokens_per_seq: int | None = None
+    misfits: list[Misfit] = field(default_factory=list)
+
+
+def parse_value(text: str) -> FlagValue:
+    """One captured flag value as a recipe writes it: JSON objects/lists parsed, numbers as numbers."""
+    if text[:1] in "{[":
+        parsed: FlagValue = json.loads(text)
+        return parsed
+    for kind in (int, float):
+        try:
+            number: FlagValue = kind(text)
+            return number
+        except ValueError:
+            pass
+    return text
+
+
+def parse_flags(argv: Sequence[str]) -> tuple[list[str], Flags]:
+    """Captured argv -> (positionals, flags): `--x v` and `--x=v` valued, a bare `--x` true."""
+    positional: list[str] = []
+    flags: Flags = {}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("--"):
+            name, eq, value = token.partition("=")
+            if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value, i = argv[i + 1], i + 1
+            flags[name] = parse_value(value) if (eq or value) else True
+        else:
+            positional.append(token)
+        i += 1
+    return positional, flags
+
+
+def _key(value: object) -> Hashable:
+    return ABSENT if value is ABSENT else json.dumps(value, sort_keys=True)
+
+
+def _show(value: object) -> str:
+    return ABSENT if value is ABSENT else value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _misfit(item: str, why: str, points: Sequence[Observed], value: Callable[[Observed], object]) -> Misfit:
+    return Misfit(item, why, tuple((p.name, _show(value(p))) for p in points))
+
+
+def _one(values: Sequence[object]) -> bool:
+    return len({_key(v) for v in values}) == 1
+
+
+def hash_seed_problem(points: Sequence[Observed]) -> str | None:
+    """Seed 000's bug: arms hashing prefixes differently. The recipe loader refuses it, so import does too."""
+    seeds = {p.arm: p.env.get("PYTHONHASHSEED", ABSENT) for p in points}
+    by_arm = {arm: {p.env.get("PYTHONHASHSEED", ABSENT) for p in points if p.arm == arm} for arm in seeds}
+    if len({s for values in by_arm.values() for s in values}) > 1:
+        shown = ", ".join(f"{arm}: {'/'.join(sorted(v))}" for arm, v in sorted(by_arm.items()))
+        return f"arms disagree on PYTHONHASHSEED ({shown}): one hash seed for every arm, or prefix-cache keys differ"
+    return None
+
+
+def _sizing(points: Sequence[Observed], derived: Derived) -> list[Observed]:
+    """Recognise the flags slurmx computes from the concurrency; the points with those flags taken out."""
+    seqs = [p.flags.get(MAX_NUM_SEQS) for p in points]
+    if all(isinstance(s, int) for s in seqs) and not _one(seqs):
+        ratios = {s // p.conc if isinstance(s, int) and s % p.conc == 0 else None for s, p in zip(seqs, points)}
+        if len(ratios) == 1 and None not in ratios:
+            derived.max_num_seqs_per_conc = ratios.pop()
+    if derived.max_num_seqs_per_conc is None:
+        return list(points)
+    k = derived.max_num_seqs_per_conc
+    out = []
+    capture_is_seqs = all(p.flags.get(MAX_CAPTURE) == k * p.conc for p in points)
+    tokens = {_capture_tokens(p.flags.get(COMPILATION), k * p.conc) for p in points}
+    per_seq = tokens.pop() if len(tokens) == 1 else None
+    derived.capture_size_is_max_num_seqs = capture_is_seqs
+    derived.capture_tokens_per_seq = per_seq
+    for p in points:
+        flags = {n: v for n, v in p.flags.items() if n != MAX_NUM_SEQS and not (capture_is_seqs and n == MAX_CAPTURE)}
+        compilation = flags.get(COMPILATION)
+        if per_seq is not None and isinstance(compilation, dict):
+            rest = {n: v for n, v in compilation.items() if n != CAPTURE_SIZES}
+            if rest:
+                flags[COMPILATION] = rest
+            else:
+                del flags[COMPILATION]
+        out.append(Observed(p.name, p.arm, p.tp, p.ep, p.dp_attn, p.conc, flags, p.env))
+    return out
+
+
+def _capture_tokens(compilation: object, max_num_seqs: int) -> int | None:
+    """t when the capture sizes are [t, 2t, ..., max_num_seqs x t] (one graph per decode batch, t tokens a sequence)."""
+    if not isinstance(compilation, dict):
+        return None
+    sizes = compilation.get(CAPTURE_SIZES)
+    if not isinstance(sizes, list) or len(sizes) != max_num_seqs or not sizes or not isinstance(sizes[0], int):
+        return None
+    t = sizes[0]
+    return t if sizes == [n * t for n in range(1, max_num_seqs + 1)] else None
+
+
+def conc_ranges(values: Sequence[tuple[int, object]]) -> list[tuple[int | None, int | None, object]] | None:
+    """(conc, value) pairs -> contiguous ranges of sorted concurrencies with one value each (open at both
+    ends), or None when one concurrency has two values (the flag follows something else too)."""
+    by_conc: dict[int, Hashable] = {}
+    shown: dict[Hashable, object] = {}
+    for conc, value in values:
+        key = _key(value)
+        if by_conc.setdefault(conc, key) != key:
+            return None
+        shown[key] = value
+    concs = sorted(by_conc)
+    groups: list[list[int]] = []
+    for conc in concs:
+        if groups and by_conc[groups[-1][-1]] == by_conc[conc]:
+            groups[-1].append(conc)
+        else:
+            groups.append([conc])
+    out: list[tuple[int | None, int | None, object]] = []
+    for i, group in enumerate(groups):
+        low = None if i == 0 else group[0]
+        high = None if i == len(groups) - 1 else group[-1]
+        out.append((low, high, shown[by_conc[group[0]]]))
+    return out
+
+
+def derive(points: Sequence[Observed], base_arm: str = "none") -> Derived:
+    """The recipe's engine rules for these points; `misfits` names every flag no rule fits."""
+    arms = list(dict.fromkeys(p.arm for p in points))
+    base = base_arm if base_arm in arms else arms[0]
+    derived = Derived({}, {}, {a: ArmDelta() for a in arms if a != base} | {base: ArmDelta()}, {}, [])
+    derived.arms = {a: derived.arms[a] for a in arms}
+    points = _sizing(points, derived)
+    _derive_env(points, base, derived)
+    names = list(dict.fromkeys(n for p in points for n in p.flags))
+    ranges: dict[tuple[int | None, int | None], Flags] = {}
+    for name in names:
+
+        def value(p: Observed, name: str = name) -> object:
+            return p.flags.get(name, ABSENT)
+
+        values = [value(p) for p in points]
+        if _one(values):  # one value on every point
+            derived.flags[name] = values[0]  # type: ignore[assignment]  # present: _one of a flag some point has
+            continue
+        per_arm = {a: [value(p) for p in points if p.arm == a] for a in arms}
+        if all(_one(v) for v in per_arm.values()):  # one value per arm: the base arm's is the base
+            _arm_delta(name, {a: v[0] for a, v in per_arm.items()}, base, derived)
+            continue
+        ep = [value(p) for p in points if p.ep > 1]
+        if ep and _one(ep) and ep[0] is not ABSENT and all(value(p) is ABSENT for p in points if p.ep <= 1):
+            derived.ep_flags[name] = ep[0]  # type: ignore[assignment]  # not ABSENT: checked
+            continue
+        found = conc_ranges([(p.conc, value(p)) for p in points])
+        if found is not None:
+            for low, high, v in found:
+                if v is not ABSENT:
+                    ranges.setdefault((low, high), {})[name] = v  # type: ignore[assignment]  # not ABSENT
+            continue
+        why = "follows neither the arm, expert parallelism nor contiguous concurrency ranges"
+        derived.misfits.append(_misfit(name, why, points, value))
+    derived.per_conc = [ConcRange(low, high, flags) for (low, high), flags in ranges.items()]
+    return derived
+
+
+def _arm_delta(name: str, by_arm: dict[str, object], base: str, derived: Derived) -> None:
+    base_value = by_arm[base]
+    if base_value is not ABSENT:
+        derived.flags[name] = base_value  # type: ignore[assignment]  # not ABSENT
+    for arm, value in by_arm.items():
+        if arm == base or _key(value) == _key(base_value):
+            continue
+        delta = derived.arms[arm]
+        if base_value is not ABSENT:
+            delta.remove.append(name)
+        if value is not ABSENT:
+            delta.add[name] = value  # type: ignore[assignment]  # not ABSENT
+
+
+def _derive_env(points: Sequence[Observed], base: str, derived: Derived) -> None:
+    """env-policy: what every point of every arm sets alike; an arm's env: what all its points add to it."""
+    names = list(dict.fromkeys(n for p in points for n in p.env))
+    for name in names:
+
+        def value(p: Observed, name: str = name) -> object:
+            return p.env.get(name, ABSENT)
+
+        values = [value(p) for p in points]
+        if _one(values):
+            derived.env_policy[name] = str(values[0])
+            continue
+        per_arm = {a: [value(p) for p in points if p.arm == a] for a in derived.arms}
+        if all(_one(v) for v in per_arm.values()) and per_arm[base][0] is ABSENT:
+            for arm, v in per_arm.items():
+                if v[0] is not ABSENT:
+                    derived.arms[arm].env[name] = str(v[0])
+            continue
+        why = "engine env that is neither the same on every point nor an arm's own"
+        derived.misfits.append(_misfit(f"env {name}", why, points, value))
+
+
+def as_data(value: Any) -> Any:
+    """A derived flag value for YAML (lists and dicts as plain data)."""
+    return value

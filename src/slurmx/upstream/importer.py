@@ -1,0 +1,240 @@
+"""`slurmx recipes import`: a key's recipe from InferenceX's script, captured on every point of the key.
+
+The engine part comes from slurmx.upstream.derive (pure rules over the captured flags and env); this
+module runs the captures, reads the arm knobs the backends build their connector JSON from, and writes
+the recipe file with a header naming the upstream script, its digest, the tree's commit and the date.
+"""
+
+from __future__ import annotations
+
+import datetime
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurmx import backends, engines
+from slurmx.flags import Flags
+from slurmx.plan import Point
+from slurmx.store.atomic import write_text
+from slurmx.upstream.capture import PORT, Capture, Upstream, capture
+from slurmx.upstream.derive import SPECULATIVE, Derived, Observed, derive, hash_seed_problem, parse_flags
+from slurmx.upstream.facts import capture_paths, provision_facts
+from slurmx.upstream.inferencex import content_digest, git_commit
+
+DATE_LINE = "# imported: "  # the header line that alone may differ between two imports of one tree
+DEFAULT_HASH_SEED = "0"  # where upstream sets none on any arm (a difference check names, for review)
+
+
+@dataclass(frozen=True)
+class Captured:
+    point: Point
+    upstream: Upstream
+    capture: Capture
+    work: str  # the capture's work dir (gone; its paths are replaced by placeholders)
+
+
+def capture_point(point: Point, upstream: Upstream) -> Captured:
+    with tempfile.TemporaryDirectory(prefix="slurmx-import-") as work:
+        return Captured(point, upstream, capture(point, upstream, Path(work)), work)
+
+
+def _engine_started(c: Captured) -> tuple[str, list[str], dict[str, str]] | None:
+    programs = engines.get(c.point.framework).upstream_programs
+    for s in c.capture.started:
+        if programs.get(s.name) == "engine":
+            return s.name, s.argv, s.env_delta(c.capture.base_env)
+    return None
+
+
+def arm_of(point: Point) -> str:
+    return point.kv_offload_backend.name if point.kv_offload_backend else "none"
+
+
+class ImportRefused(Exception):
+    """A key the importer will not write a recipe for; the message says why, one line each."""
+
+
+def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, list[Flags]], dict[str, str]]:
+    """Each point's engine flags (computed ones taken out), each arm's connector JSONs, and the draft model."""
+    engine = engines.get(captured[0].point.framework)
+    observed: list[Observed] = []
+    connectors: dict[str, list[Flags]] = {}
+    draft: dict[str, str] = {}
+    for c in captured:
+        found = _engine_started(c)
+        if found is None:
+            raise ImportRefused(f"{c.point.exp_name}: the script started no engine (exited {c.capture.returncode})")
+        _, argv, env = found
+        _, flags = parse_flags(argv)
+        # the connector JSON: a computed flag's JSON object naming a connector
+        for name, value in flags.items():
+            if name in engine.computed_flags and isinstance(value, dict) and "kv_connector" in value:
+                connectors.setdefault(arm_of(c.point), []).append(value)  # type: ignore[arg-type]  # JSON object
+        flags = {n: v for n, v in flags.items() if n not in engine.computed_flags}
+        speculative = flags.get(SPECULATIVE)
+        if isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
+            path = str(speculative["model"])
+            downloads = provision_facts(c.capture.started, {})
+            repo = next((item.split(" ", 2)[2] for item, v in ((k[1], v) for k, v in downloads.items())
+                         if item.startswith("download model ") and v == path), None)  # fmt: skip
+            if repo is None:
+                raise ImportRefused(f"{c.point.exp_name}: {SPECULATIVE} model {path} is no model the script downloads")
+            draft[repo] = path
+            flags[SPECULATIVE] = {k: v for k, v in speculative.items() if k != "model"}
+        observed.append(
+            Observed(c.point.exp_name, arm_of(c.point), c.point.tp, c.point.ep, c.point.dp_attn, c.point.conc,
+                     flags, {k: _placeholders(v, c) for k, v in env.items()})
+        )  # fmt: skip
+    return observed, connectors, draft
+
+
+def _placeholders(value: str, c: Captured) -> str:
+    for real, placeholder in capture_paths(c.work, c.upstream.model_path).items():
+        value = value.replace(real, placeholder)
+    return value
+
+
+def arm_knobs(arm: str, configs: list[Flags], points: list[Point]) -> dict[str, Any]:
+    """The arm's typed knobs its backend rebuilds the captured connector JSON from (the backend knows how)."""
+    try:
+        return backends.get(arm).knobs_from_connector(configs, points)
+    except ValueError as why:
+        raise ImportRefused(f"arm {arm}: {why}") from None
+
+
+def _flag_data(flags: Flags) -> dict[str, Any]:
+    return dict(flags)
+
+
+def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft: dict[str, str],
+                connectors: dict[str, list[Flags]]) -> dict[str, Any]:  # fmt: skip
+    point = captured[0].point
+    if len(draft) > 1:
+        raise ImportRefused(f"{key}: more than one draft model ({', '.join(sorted(draft))})")
+    engine: dict[str, Any] = {}
+    found = _engine_started(captured[0])
+    assert found is not None  # observe() refused the key otherwise
+    program, argv, _ = found
+    positional, _ = parse_flags(argv)
+    block = derived.flags.get("--block-size")
+    engine["launcher"] = [program, *positional[:-1]]  # the model path is the last positional
+    engine["block-size"] = block if isinstance(block, int) else 16  # the engine's default block when none is passed
+    if derived.max_num_seqs_per_conc is not None:
+        engine["max-num-seqs-per-conc"] = derived.max_num_seqs_per_conc
+    if derived.capture_size_is_max_num_seqs:
+        engine["capture-size-is-max-num-seqs"] = True
+    if derived.capture_tokens_per_seq is not None:
+        engine["capture-tokens-per-seq"] = derived.capture_tokens_per_seq
+    engine["flags"] = _flag_data(derived.flags)
+    if derived.ep_flags:
+        engine["ep-flags"] = _flag_data(derived.ep_flags)
+    if draft:
+        engine["draft-model"] = next(iter(draft))
+    if derived.per_conc:
+        engine["per-conc"] = [
+            {**({"conc-min": r.conc_min} if r.conc_min else {}), **({"conc-max": r.conc_max} if r.conc_max else {}),
+             "flags": _flag_data(r.flags)}
+            for r in derived.per_conc
+        ]  # fmt: skip
+    arms: dict[str, Any] = {}
+    for name, delta in derived.arms.items():
+        points = [c.point for c in captured if arm_of(c.point) == name]
+        arm: dict[str, Any] = {}
+        if delta.remove:
+            arm["remove"] = delta.remove
+        if delta.add:
+            arm["add"] = _flag_data(delta.add)
+        if delta.env:
+            arm["env"] = delta.env
+        arm.update(arm_knobs(name, connectors.get(name, []), points))
+        arms[name] = arm
+    return {
+        "recipe": key,
+        "match": {
+            "model": point.model, "model-prefix": point.model_prefix, "precision": point.precision,
+            "framework": point.framework, "runner": point.runner, "image": point.image,
+            "spec-decoding": point.spec_decoding, **({"dcp-size": point.dcp_size} if point.dcp_size > 1 else {}),
+        },
+        "scenario": point.scenario,
+        "env-policy": derived.env_policy,
+        "engine": engine,
+        "arms": arms,
+        "replay": {"kind": "production"},
+    }  # fmt: skip
+
+
+def replay_env(captured: Sequence[Captured]) -> dict[str, str]:
+    """aiperf's own env (AIPERF_*) that every point's replay gets alike; a value naming the server's port is
+    left out (slurmx picks the port on the node and points the replay at it)."""
+    envs = []
+    for c in captured:
+        replay = [s for s in c.capture.started if s.name == "aiperf" and "profile" in s.argv[:1]]
+        envs.append({k: v for k, v in (replay[-1].env_delta(c.capture.base_env) if replay else {}).items()
+                     if k.startswith("AIPERF_") and f":{PORT}" not in v})  # fmt: skip
+    common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
+    return dict(sorted(common.items()))
+
+
+def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
+    """The recipe data for one key's captures, or ImportRefused naming every point and flag no rule fits."""
+    failed = [f"{c.point.exp_name}: upstream script exited {c.capture.returncode}" for c in captured
+              if c.capture.returncode]  # fmt: skip
+    if failed:
+        raise ImportRefused("; ".join(failed[:3]) + (f" (+{len(failed) - 3} more)" if len(failed) > 3 else ""))
+    observed, connectors, draft = observe(captured)
+    problem = hash_seed_problem(observed)
+    if problem:
+        raise ImportRefused(problem)
+    derived = derive(observed)
+    if derived.misfits:
+        raise ImportRefused("; ".join(m.line() for m in derived.misfits))
+    if "PYTHONHASHSEED" not in derived.env_policy:
+        # no arm sets one (each process hashes at random); the loader asks for one fixed seed: check names it
+        derived.env_policy = {"PYTHONHASHSEED": DEFAULT_HASH_SEED, **derived.env_policy}
+    data = recipe_data(key, captured, derived, draft, connectors)
+    env = replay_env(captured)
+    if env:
+        data["replay"]["env"] = env
+    return data
+
+
+def recipe_stem(point: Point, gpu: str) -> str:
+    mtp = "_mtp" if point.spec_decoding == "mtp" else ""
+    return f"{point.model_prefix}_{point.precision}_{gpu}_{point.framework}{mtp}"
+
+
+def header(tree: Path, upstream: Upstream, key: str, today: str) -> str:
+    script = upstream.script.relative_to(tree)
+    commit = git_commit(tree)
+    lines = [
+        f"# Imported by `slurmx recipes import` for {key}: review before use (docs/recipes.md).",
+        f"# upstream.inferencex.script: {script}",
+        f"# upstream.inferencex.digest: sha256:{content_digest(upstream.script, upstream.lib)} (script + benchmark_lib.sh)",
+        *([f"# upstream.inferencex.git_commit: {commit}"] if commit else []),
+        f"{DATE_LINE}{today}",
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_recipe(head: str, data: dict[str, Any]) -> str:
+    return head + "\n" + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
+
+
+def _without_date(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith(DATE_LINE))
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write atomically unless only the date line would change (an unchanged tree rewrites nothing)."""
+    if path.is_file() and _without_date(path.read_text()) == _without_date(text):
+        return False
+    write_text(path, text)
+    return True
+
+
+def today() -> str:
+    return datetime.date.today().isoformat()

@@ -1,0 +1,86 @@
+"""`slurmx recipes import` as a user runs it, on a copy of InferenceX main's files for one imported key: one
+flag edited upstream, `check` names it and exits 1, `import` updates the recipe, `check` exits 0 again; an
+unchanged tree rewrites nothing (bytes and mtime). Then `check` over every imported key (CI's gate)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from slurmx import paths
+from tests.conftest import FIXTURES
+from tests.test_cli_as_users_run_it import slurmx
+
+KEY = "minimaxm3-fp4-b200-vllm-agentic-mtp"
+STEM = "minimaxm3_fp4_b200_vllm_mtp"
+SCRIPT = Path("benchmarks/single_node/agentic/minimaxm3_fp4_b200_mtp.sh")
+NEEDED = (
+    Path("configs/nvidia-master.yaml"), Path("configs/amd-master.yaml"), Path("configs/runners.yaml"),
+    Path("runners/launch_b200-dgxc.sh"), Path("benchmarks/benchmark_lib.sh"), SCRIPT,
+)  # fmt: skip
+# every key imported into jobs/ and the fixture tree it came from (CI runs check over each)
+IMPORTED = {KEY: "repo-main"}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    source = FIXTURES / "repo-main"
+    if not source.exists():
+        pytest.skip(f"InferenceX checkout not found at {source}")
+    copy = tmp_path / "inferencex"
+    for name in NEEDED:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source / name, copy / name)
+    return copy
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Path:
+    copy = tmp_path / "jobs"
+    shutil.copytree(paths.jobs_dir(), copy)
+    return copy
+
+
+def test_edit_check_import_check(tree: Path, jobs: Path, tmp_path: Path) -> None:
+    script = tree / SCRIPT
+    text = script.read_text()
+    assert text.count("--stream-interval 20") == 1
+    script.write_text(text.replace("--stream-interval 20", "--stream-interval 25"))
+    check = ["recipes", "check", "--inferencex", str(tree), KEY, "--jobs", str(jobs)]
+    proc = slurmx(check, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and all("undeclared: engine --stream-interval: upstream '25', slurmx '20'" in line for line in lines)
+    recipe = jobs / f"{STEM}.yaml"
+    before = recipe.read_text()
+    proc = slurmx(["recipes", "import", "--inferencex", str(tree), KEY, "--jobs", str(jobs)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"{KEY}: wrote {recipe}"), proc.stdout
+    after = recipe.read_text()
+    assert "--stream-interval: 25" in after and "--stream-interval: 20" in before
+    assert f"# upstream.inferencex.script: {SCRIPT}" in after
+    proc = slurmx(check, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("recipes check: 1 keys, 15 points, ")
+
+
+def test_importing_an_unchanged_tree_rewrites_nothing(tree: Path, jobs: Path, tmp_path: Path) -> None:
+    recipe, table = jobs / f"{STEM}.yaml", jobs / "differences" / f"{STEM}.yaml"
+    stamps = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (recipe, table)}
+    proc = slurmx(["recipes", "import", "--inferencex", str(tree), KEY, "--jobs", str(jobs)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"{KEY}: unchanged {recipe}"), proc.stdout
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in stamps} == stamps
+
+
+@pytest.mark.parametrize("key", sorted(IMPORTED))
+def test_check_every_imported_key_on_its_fixture_tree(key: str, tmp_path: Path) -> None:
+    source = FIXTURES / IMPORTED[key]
+    if not source.exists():
+        pytest.skip(f"InferenceX checkout not found at {source}")
+    proc = slurmx(["recipes", "check", "--inferencex", str(source), key], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
