@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -97,16 +97,12 @@ class RunFacts:
         partial = meta.invalid_reason if meta.invalid_rule == gate.SLURMX_PARTIAL else None
         if partial is None and meta.invalid_reason and meta.invalid_reason.startswith(gate.PARTIAL):
             partial = meta.invalid_reason  # written before results named their rule
-        return cls(
-            failed_request_threshold=meta.failed_request_threshold,
-            engine_version=meta.engine_version,
-            backend_version=meta.backend_version,
-            image_digest=meta.image_digest,
-            repeat=meta.repeat,
-            repeats=meta.repeats,
-            repeat_mode=meta.repeat_mode,
-            partial=partial.removeprefix(f"{gate.PARTIAL}: ") if partial else None,
-        )
+        recorded = {name: getattr(meta, name) for name in _RECORDED}
+        return cls(**recorded, partial=partial.removeprefix(f"{gate.PARTIAL}: ") if partial else None)
+
+
+# RunFacts' fields that SlurmxMeta records under the same names (all but `partial`, which is a verdict)
+_RECORDED = tuple(f.name for f in fields(RunFacts) if f.name != "partial")
 
 
 @dataclass(frozen=True)
@@ -222,10 +218,8 @@ def build_result(
 def _with_facts(result: Result, facts: RunFacts) -> Result:
     meta = result.slurmx
     assert meta is not None
-    meta.failed_request_threshold = facts.failed_request_threshold
-    meta.engine_version, meta.backend_version = facts.engine_version, facts.backend_version
-    meta.image_digest = facts.image_digest
-    meta.repeat, meta.repeats, meta.repeat_mode = facts.repeat, facts.repeats, facts.repeat_mode
+    for name in _RECORDED:
+        setattr(meta, name, getattr(facts, name))
     if facts.partial is not None:  # InferenceX's rules still come first: the gate reads this after them
         marked = gate.partial(facts.partial)
         meta.invalid_rule, meta.invalid_reason = marked.rule, marked.reason
