@@ -25,9 +25,8 @@ from slurmx.plan import parallelism_label
 from slurmx.results import gate
 from slurmx.results.schema import Result
 from slurmx.store import atomic
-from slurmx.store.tree import PointDir, SweepDir
+from slurmx.store.tree import POINTS, REPEATS, RESULT_JSON, PointDir, SweepDir
 
-RESULT_NAME = "result.json"
 BASELINE_ARM = "none"
 
 
@@ -152,7 +151,7 @@ class Collection:
 
 def result_files(sweep: SweepDir) -> list[Path]:
     """points/*/result.json of one sweep (os.scandir: this is the hot loop of a large tree)."""
-    root = sweep.path / "points"
+    root = sweep.path / POINTS
     out = []
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
@@ -160,10 +159,10 @@ def result_files(sweep: SweepDir) -> list[Path]:
         return []
     for entry in entries:
         if entry.is_dir():
-            candidate = Path(entry.path) / RESULT_NAME
+            candidate = Path(entry.path) / RESULT_JSON
             if candidate.exists():
                 out.append(candidate)
-            out.extend(_repeat_files(Path(entry.path) / "repeats"))
+            out.extend(_repeat_files(Path(entry.path) / REPEATS))
     return out
 
 
@@ -171,7 +170,7 @@ def _repeat_files(repeats: Path) -> list[Path]:
     """repeats/<n>/result.json of one point (`submit --repeats`), in repeat order."""
     if not repeats.is_dir():
         return []
-    found = [d / RESULT_NAME for d in repeats.iterdir() if d.name.isdigit() and (d / RESULT_NAME).exists()]
+    found = [d / RESULT_JSON for d in repeats.iterdir() if d.name.isdigit() and (d / RESULT_JSON).exists()]
     return sorted(found, key=lambda f: int(f.parent.name))
 
 

@@ -25,7 +25,7 @@ from slurmx.errors import UserError
 from slurmx.results import gate
 from slurmx.results.schema import Result
 from slurmx.store.targets import find_sweeps
-from slurmx.store.tree import ResultsTree, SweepDir
+from slurmx.store.tree import SWEEP_JSON, ResultsTree, SweepDir
 
 DEFAULT_TOLERANCE = 0.05
 Identity = tuple[Any, ...]
@@ -96,7 +96,7 @@ def load_baseline(specs: list[str], tree: ResultsTree) -> Baseline:
 
 def sweeps_under(path: Path) -> list[SweepDir]:
     """A sweep directory, a config key's directory, or a results root."""
-    if (path / "sweep.json").exists():
+    if (path / SWEEP_JSON).exists():
         return [SweepDir(path)]
     key_sweeps = list(ResultsTree(path.parent).sweeps(path.name))
     return key_sweeps or list(ResultsTree(path).sweeps())

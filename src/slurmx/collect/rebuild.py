@@ -23,7 +23,7 @@ from slurmx.results import gate
 from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunFacts, RunMeta, build_result
 from slurmx.results.schema import Result
 from slurmx.store import atomic, ledger
-from slurmx.store.tree import PointDir, SweepDir
+from slurmx.store.tree import REPEATS, PointDir, SweepDir
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def runs_of(sweep: SweepDir, point: PointDir | None = None) -> list[PointDir]:
     out = []
     for p in points:
         root = p.repeat_dir(1)
-        repeats = sorted((root.path / "repeats").glob("[0-9]*"), key=lambda d: int(d.name) if d.name.isdigit() else 0)
+        repeats = sorted((root.path / REPEATS).glob("[0-9]*"), key=lambda d: int(d.name) if d.name.isdigit() else 0)
         for run in [root, *(PointDir(d) for d in repeats if d.name.isdigit())]:
             if run.result_json.is_file():
                 out.append(run)

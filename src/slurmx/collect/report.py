@@ -25,7 +25,7 @@ from slurmx.collect.repeats import METRIC, METRICS, PointAggregate
 from slurmx.collect.stats import Estimate, Ratio
 from slurmx.store import atomic
 from slurmx.store.state import read_state
-from slurmx.store.tree import SweepDir
+from slurmx.store.tree import REPEATS, SweepDir
 
 TEMPLATE = "report.html.j2"
 
@@ -49,7 +49,7 @@ def problems(sr: SweepResults) -> list[Problem]:
     """Result files not counted, and repeats that ended without a result (their state's reason)."""
     out = [Problem(str(s.path.relative_to(sr.sweep.path)), s.reason) for s in sr.skipped if s.kind == "invalid"]
     for point in sr.sweep.points():
-        dirs = [point, *(point.repeat_dir(int(d.name)) for d in sorted((point.path / "repeats").glob("[0-9]*")))]
+        dirs = [point, *(point.repeat_dir(int(d.name)) for d in sorted((point.path / REPEATS).glob("[0-9]*")))]
         for run in dirs:
             state = read_state(run.state_json)
             if state is not None and state.stage in ("failed", "cancelled") and not run.result_json.exists():

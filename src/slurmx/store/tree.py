@@ -33,7 +33,7 @@ AIPERF = "aiperf"
 TELEMETRY = "telemetry"
 NODES = "nodes"
 ATTEMPTS = "attempts"
-_REPEATS = "repeats"
+REPEATS = "repeats"
 _MEMBER_SEP = ".r"
 # What a point's directory holds of one attempt; a requeue moves it under attempts/<n>/ first.
 ATTEMPT_FILES = (LOGS, COMMANDS, AIPERF, TRACE_JSONL, TEARDOWN_JSON, TEARDOWN_REPLAY_JSON, LOCK_JSON, RESULT_JSON)
@@ -59,7 +59,7 @@ class PointDir:
 
     @property
     def _is_repeat(self) -> bool:
-        return self.path.parent.name == _REPEATS and self.path.name.isdigit()
+        return self.path.parent.name == REPEATS and self.path.name.isdigit()
 
     @property
     def root(self) -> Path:
@@ -79,7 +79,7 @@ class PointDir:
         return member_id(self.point_id, self.repeat)
 
     def repeat_dir(self, repeat: int) -> PointDir:
-        return PointDir(self.root if repeat == 1 else self.root / _REPEATS / str(repeat))
+        return PointDir(self.root if repeat == 1 else self.root / REPEATS / str(repeat))
 
     @property
     def point_json(self) -> Path:
