@@ -67,6 +67,23 @@ def _hf(argv: list[str]) -> None:
                 pass
 
 
+def _aiperf(argv: list[str]) -> None:
+    # the server-metrics export the scripts check after the replay (benchmark_lib.sh's required-prefix check):
+    # one metric named with the prefix the script asks for, inside the capture's work dir only
+    work = os.path.dirname(os.environ["STANDIN_BIN"]) + os.sep
+    prefix = os.environ.get("AIPERF_REQUIRED_SERVER_METRIC_PREFIX", "")
+    if "--output-artifact-dir" not in argv or not prefix:
+        return
+    target = os.path.abspath(argv[argv.index("--output-artifact-dir") + 1])
+    if not target.startswith(work):
+        return
+    os.makedirs(target, exist_ok=True)
+    with open(os.path.join(target, "server_metrics_export.json"), "w") as out:
+        out.write('{"metrics": {"' + prefix + 'standin_total": {"type": "counter"}}}\n')
+    with open(os.path.join(target, "server_metrics_export.csv"), "w") as out:
+        out.write("metric,value\n" + prefix + "standin_total,0\n")
+
+
 def main() -> None:
     kind, name, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
     _record(name, argv)
@@ -79,6 +96,8 @@ def main() -> None:
         _uv(argv)
     elif name == "hf":
         _hf(argv)
+    elif name == "aiperf":
+        _aiperf(argv)
 
 
 if __name__ == "__main__":

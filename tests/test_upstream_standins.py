@@ -1,0 +1,26 @@
+"""The stand-ins let an unchanged InferenceX script run to its end: a script that requires the replay's
+server-metrics export (benchmark_lib.sh's required-prefix check) finds one, written in the capture's work dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmx.inputs import load_inputs
+from slurmx.upstream.capture import capture
+from slurmx.upstream.inferencex import upstream_for
+
+KEY = "minimaxm3-fp8-h200-vllm-agentic-mtp"  # its script sets AIPERF_REQUIRED_SERVER_METRIC_PREFIX
+
+
+def test_a_script_that_checks_the_server_metrics_export_runs_to_the_end(fixtures: Path, tmp_path: Path) -> None:
+    tree = fixtures / "repo-main"
+    point = load_inputs(None, None, [KEY], inferencex=tree).key_points(KEY)[0]
+    upstream = upstream_for(tree, point)
+    assert "AIPERF_REQUIRED_SERVER_METRIC_PREFIX" in upstream.script.read_text() + upstream.lib.read_text()
+    cap = capture(point, upstream, tmp_path / "work")
+    assert cap.returncode == 0, cap.log[-1500:]
+    (replay,) = cap.named("aiperf")
+    prefix = replay.env["AIPERF_REQUIRED_SERVER_METRIC_PREFIX"]
+    exports = list((tmp_path / "work").rglob("server_metrics_export.json"))
+    assert exports and all(f'"{prefix}' in e.read_text() for e in exports)
+    assert "Validated required AIPerf server metrics prefix" in cap.log
