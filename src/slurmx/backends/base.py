@@ -48,6 +48,9 @@ class Arm(BaseModel):
     add: Flags = Field(default_factory=dict)
     remove: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    # what this arm's replay gets beyond the recipe's replay env (an upstream script's shell exports, which
+    # its aiperf inherits, that only this arm sets)
+    replay_env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: PositiveInt = 600
 
 

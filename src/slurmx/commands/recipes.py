@@ -22,7 +22,7 @@ from slurmx.recipes.resolve import match_values
 from slurmx.submit.render import point_processes
 from slurmx.submit.resolved import Resolved, resolve_runnable
 from slurmx.upstream.compare import PointCompare, compare_point, stale, undeclared
-from slurmx.upstream.declared import Declared, is_layout, load_declared, render_rows
+from slurmx.upstream.declared import Declared, is_layout, load_declared, own_choice, render_rows
 from slurmx.upstream.facts import Difference
 from slurmx.upstream.importer import (
     Captured,
@@ -164,13 +164,19 @@ def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoo
 
 
 def generic_rows(tree: Path, key: str, jobs: Path) -> list[Difference]:
-    """The differences check finds with the new recipe that are layout only (kind cluster-layout): the model,
-    draft and downloads at the cluster profile's paths. Any other difference is left for review."""
+    """The differences check finds with the new recipe that are layout only (kind cluster-layout: the model,
+    draft and downloads at the cluster profile's paths) or one of slurmx's own constant choices (loopback host,
+    unbuffered output, the fixed hash seed). Any other difference is left for review."""
     inputs = inferencex_inputs(tree, [key], jobs)  # fresh: the recipe just written
     compared, _ = check_keys(tree, inputs, [key])
     own = [r for r in table_for(jobs, inputs, key) if r.where.startswith(str(jobs / DIFFERENCES_DIR))]
     generic = [r for r in table_for(jobs, inputs, key) if r not in own]
-    found = {d for c in compared for d in c.diffs if is_layout(d) and not any(r.covers(key, d) for r in generic)}
+    found = {
+        d
+        for c in compared
+        for d in c.diffs
+        if (is_layout(d) or own_choice(d)) and not any(r.covers(key, d) for r in generic)
+    }
     return sorted(found, key=lambda d: (d.process, d.item, d.upstream or "", d.slurmx or ""))
 
 

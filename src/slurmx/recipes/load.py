@@ -83,6 +83,11 @@ def _check(file: RecipeFile) -> None:
                 )
             if name in recipe.env_policy:
                 raise file.error((*where, "env", name), f"{name} is set by env-policy: arms may not change it")
+        for name in arm.replay_env:
+            if name in HASH_ENV or name in recipe.replay.env:
+                raise file.error(
+                    (*where, "replay-env", name), f"{name} is set for every arm (env-policy or replay.env), not per arm"
+                )
         env = {**recipe.env_policy, **arm.env}
         for problem in backends.get(arm_name).check_arm(arm, arm_flags(recipe, arm), env, recipe.engine.block_size):
             raise file.error((*where, *problem.field), problem.message)

@@ -163,7 +163,9 @@ def resolve(
         nodes=layout.nodes if layout is not None else 1,
         ranks_per_node=layout.ranks_per_node if layout is not None else 1,
         backend=backend,
-        replay=recipe.replay,
+        replay=recipe.replay.model_copy(update={"env": {**recipe.replay.env, **arm.replay_env}})
+        if arm.replay_env
+        else recipe.replay,
         conc=point.conc,
         duration_s=point.duration_s or 3600,
         draft_model=recipe.engine.draft_model,

@@ -94,23 +94,76 @@ _LAYOUT_MARKS = ("$MODEL_PATH", "<work>/")
 
 
 def is_layout(diff: Difference) -> bool:
-    """A difference in where files live only: a staged path on one side, the model root's on the other."""
+    """A difference in where files live only: a staged path on one side, the model root's on the other (or the
+    same directory under two roots: the launcher's staging tree and the cluster profile's model root)."""
     if diff.item.startswith("download model "):
-        return diff.upstream is None or diff.upstream.startswith(_LAYOUT_MARKS)
-    return diff.upstream is not None and diff.upstream.startswith(_LAYOUT_MARKS) and diff.slurmx is not None
+        return diff.upstream is None or diff.upstream.startswith(_LAYOUT_MARKS) or _same_dir(diff)
+    return (
+        diff.upstream is not None
+        and diff.slurmx is not None
+        and (diff.upstream.startswith(_LAYOUT_MARKS) or _same_dir(diff))
+    )
+
+
+def _same_dir(diff: Difference) -> bool:
+    a, b = diff.upstream or "", diff.slurmx or ""
+    return a.startswith("/") and b.startswith("/") and a != b and Path(a).name == Path(b).name
+
+
+DEFAULT_HASH_SEED = "0"  # the importer's where upstream sets none on any arm (declared below, for review)
+# slurmx's own choices, the same for every imported key: (process or "*", item, upstream, slurmx) -> why
+OWN_CHOICES: dict[tuple[str, str, str | None, str | None], str] = {
+    ("engine", "--host", "0.0.0.0", "127.0.0.1"): (
+        "loopback: nothing off the node talks to the engine (the replay and the metric scrapes run on it), so "
+        "slurmx does not expose an unauthenticated OpenAI-compatible endpoint on every interface"
+    ),
+    ("*", "env PYTHONUNBUFFERED", None, "1"): (
+        "slurmx starts every process unbuffered (process.COMMON_ENV) so its log is whole when the point ends"
+    ),
+    ("engine", "env PYTHONHASHSEED", None, DEFAULT_HASH_SEED): (
+        "the script fixes no hash seed; slurmx's recipes hash prefixes with one fixed seed in every arm "
+        "(seed 000's review: arms with different seeds build different prefix-cache keys)"
+    ),
+    ("replay", "env GPU_METRICS_CSV", "$RESULT_DIR/gpu_metrics.csv", None): (
+        "InferenceX's GPU power monitor writes beside the result; slurmx samples the GPUs with its own sampler "
+        "(node/telemetry.py) into the point's telemetry/"
+    ),
+}
+
+
+TOKENIZER_WHY = (
+    "slurmx's replay reads the tokenizer from the staged model (a compute node may have no hub access); the "
+    "script names the model's hub id"
+)
+
+
+def own_choice(diff: Difference) -> str | None:
+    """Why a difference is one of slurmx's own constant choices (OWN_CHOICES, the staged tokenizer), or None."""
+    hub_id = diff.upstream is not None and "/" in diff.upstream and diff.upstream[:1] not in ("/", "$", "<")
+    if (diff.process, diff.item, diff.slurmx) == ("replay", "--tokenizer", "$MODEL_PATH") and hub_id:
+        return TOKENIZER_WHY
+    for process in (diff.process, "*"):
+        why = OWN_CHOICES.get((process, diff.item, diff.upstream, diff.slurmx))
+        if why is not None:
+            return why
+    return None
 
 
 def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] = ()) -> str:
     """A key's declared rows: the reviewed rows a person wrote (kept as they are), then the layout rows."""
+    generated = {LAYOUT_WHY, TOKENIZER_WHY, *OWN_CHOICES.values()}
     kept = [
         {"keys": list(r.keys), "processes": list(r.processes), "item": r.item, "upstream": r.upstream,
          "slurmx": r.slurmx, "kind": r.kind, "why": r.why}
-        for r in reviewed if r.why != LAYOUT_WHY
+        for r in reviewed if r.why not in generated
     ]  # fmt: skip
     rows = kept + [
         {"keys": [key], "processes": [d.process], "item": d.item, "upstream": d.upstream, "slurmx": d.slurmx,
-         "kind": "cluster-layout", "why": LAYOUT_WHY}
+         "kind": "deliberate" if own_choice(d) else "cluster-layout", "why": own_choice(d) or LAYOUT_WHY}
         for d in diffs
     ]  # fmt: skip
-    head = f"# {key}: declared rows. Reviewed rows are kept as written; `slurmx recipes import` writes the cluster-layout ones.\n"
+    head = (
+        f"# {key}: declared rows. Reviewed rows are kept as written; `slurmx recipes import` writes the cluster-layout"
+        " ones and slurmx's own constant choices (upstream/declared.py OWN_CHOICES).\n"
+    )
     return head + yaml.safe_dump({"differences": rows}, sort_keys=False, width=120)

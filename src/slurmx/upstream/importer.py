@@ -21,12 +21,12 @@ from slurmx.flags import Flags
 from slurmx.plan import Point
 from slurmx.store.atomic import write_text
 from slurmx.upstream.capture import PORT, Capture, Upstream, capture
+from slurmx.upstream.declared import DEFAULT_HASH_SEED
 from slurmx.upstream.derive import SPECULATIVE, Derived, Observed, derive, hash_seed_problem, parse_flags
 from slurmx.upstream.facts import capture_paths, provision_facts
 from slurmx.upstream.inferencex import content_digest, git_commit
 
 DATE_LINE = "# imported: "  # the header line that alone may differ between two imports of one tree
-DEFAULT_HASH_SEED = "0"  # where upstream sets none on any arm (a difference check names, for review)
 
 
 @dataclass(frozen=True)
@@ -167,16 +167,28 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
     }  # fmt: skip
 
 
-def replay_env(captured: Sequence[Captured]) -> dict[str, str]:
-    """aiperf's own env (AIPERF_*) that every point's replay gets alike; a value naming the server's port is
-    left out (slurmx picks the port on the node and points the replay at it)."""
-    envs = []
+def replay_env(captured: Sequence[Captured]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """The env the replay gets beyond the launcher's, as the recipe holds it: what every point's replay gets
+    alike, and per arm what all of that arm's replays add. aiperf's own (AIPERF_*) and what the script exports
+    to its whole shell, which aiperf inherits upstream. Left out: a value naming the server's port (slurmx picks
+    it on the node) or a per-run path (the capture's result or work dir: slurmx's replay has its own)."""
+    envs: list[tuple[str, dict[str, str]]] = []
     for c in captured:
         replay = [s for s in c.capture.started if s.name == "aiperf" and "profile" in s.argv[:1]]
-        envs.append({k: v for k, v in (replay[-1].env_delta(c.capture.base_env) if replay else {}).items()
-                     if k.startswith("AIPERF_") and f":{PORT}" not in v})  # fmt: skip
-    common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
-    return dict(sorted(common.items()))
+        delta = replay[-1].env_delta(c.capture.base_env) if replay else {}
+        kept = {k: v for k, v in delta.items() if f":{PORT}" not in v and _placeholders(v, c) == v}
+        envs.append((arm_of(c.point), kept))
+    common = _alike([env for _, env in envs])
+    per_arm = {}
+    for arm in dict.fromkeys(name for name, _ in envs):
+        extra = {k: v for k, v in _alike([env for name, env in envs if name == arm]).items() if k not in common}
+        if extra:
+            per_arm[arm] = extra
+    return common, per_arm
+
+
+def _alike(envs: list[dict[str, str]]) -> dict[str, str]:
+    return dict(sorted((k, v) for k, v in envs[0].items() if all(e.get(k) == v for e in envs)))
 
 
 def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
@@ -196,9 +208,11 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
         # no arm sets one (each process hashes at random); the loader asks for one fixed seed: check names it
         derived.env_policy = {"PYTHONHASHSEED": DEFAULT_HASH_SEED, **derived.env_policy}
     data = recipe_data(key, captured, derived, draft, connectors)
-    env = replay_env(captured)
+    env, per_arm = replay_env(captured)
     if env:
         data["replay"]["env"] = env
+    for arm, extra in per_arm.items():
+        data["arms"][arm]["replay-env"] = extra
     return data
 
 
