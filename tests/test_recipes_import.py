@@ -21,7 +21,7 @@ NEEDED = (
     Path("runners/launch_b200-dgxc.sh"), Path("benchmarks/benchmark_lib.sh"), SCRIPT,
 )  # fmt: skip
 # every key imported into jobs/ and the fixture tree it came from (CI runs check over each)
-IMPORTED = {KEY: "repo-main"}
+IMPORTED = {KEY: "repo-main", "minimaxm3-fp4-b300-vllm-agentic-mtp": "repo-main"}
 
 pytestmark = pytest.mark.slow
 
@@ -78,9 +78,7 @@ def test_importing_an_unchanged_tree_rewrites_nothing(tree: Path, jobs: Path, tm
 
 
 @pytest.mark.parametrize("key", sorted(IMPORTED))
-def test_check_every_imported_key_on_its_fixture_tree(key: str, tmp_path: Path) -> None:
-    source = FIXTURES / IMPORTED[key]
-    if not source.exists():
-        pytest.skip(f"InferenceX checkout not found at {source}")
+def test_check_every_imported_key_on_its_fixture_tree(key: str, tmp_path: Path, fixtures: Path) -> None:
+    source = fixtures / IMPORTED[key]  # the fixture: CI fails rather than skips without the trees
     proc = slurmx(["recipes", "check", "--inferencex", str(source), key], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
