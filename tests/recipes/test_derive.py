@@ -100,3 +100,19 @@ def test_parse_flags_reads_values_bare_flags_and_json() -> None:
     positional, flags = parse_flags(["serve", "/m", "--tp=8", "--x", "0.90", "--bare", "--j", '{"a":[1]}', "--s", "v"])
     assert positional == ["serve", "/m"]
     assert flags == {"--tp": 8, "--x": 0.9, "--bare": True, "--j": {"a": [1]}, "--s": "v"}
+
+
+def test_engine_env_on_concurrency_ranges_is_a_per_conc_rule() -> None:
+    # dsv4-fp4-b200's shape: an allocator setting from conc 32 up
+    alloc = {**SEED, "PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+    points = [point(conc=c, env=alloc if c >= 32 else dict(SEED)) for c in (1, 4, 32, 64)]
+    got = derive(points)
+    assert not got.misfits and got.env_policy == SEED
+    assert [(r.conc_min, r.conc_max, r.flags, r.env) for r in got.per_conc] == [
+        (32, None, {}, {"PYTORCH_ALLOC_CONF": "expandable_segments:True"})
+    ]
+
+
+def test_engine_env_following_nothing_is_a_misfit() -> None:
+    points = [point(conc=1, env={**SEED, "X": "a"}), point(conc=1, env={**SEED, "X": "b"})]
+    assert [m.item for m in derive(points).misfits] == ["env X"]

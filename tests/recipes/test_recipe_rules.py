@@ -535,3 +535,34 @@ def test_the_refusal_is_one_line_and_exit_2_from_the_whole_process(tmp_path: Pat
     assert proc.returncode == 2 and proc.stdout == ""
     line = f"{path}:{line_of(path, 'engine', 'ep-flags', '--enable-auto-tool-choice')}: "
     assert proc.stderr.startswith("slurmx: error: " + line) and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_per_conc_env_resolves_on_its_concurrencies_and_never_sets_hashing_env(tmp_path: Path) -> None:
+    data = bad()
+    data["engine"]["per-conc"].append({"conc-min": 32, "env": {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}})
+    file = load_recipe(write(tmp_path, data))
+    from slurmx.recipes.resolve import conc_env
+
+    assert conc_env(file.recipe, 64) == {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+    assert conc_env(file.recipe, 8) == {}
+    data["engine"]["per-conc"][-1]["env"] = {"PYTHONHASHSEED": "1"}
+    refused(
+        tmp_path, data, "engine.per-conc.1.env.PYTHONHASHSEED", "engine", "per-conc", "PYTHONHASHSEED",
+        says="hashing env",
+    )  # fmt: skip
+
+
+def test_vllm_simple_extra_settings_pass_through_and_cannot_resize(tmp_path: Path) -> None:
+    data = bad()
+    data["arms"]["vllm-simple"] = {"extra-settings": {"enable_cross_layers_blocks": "true"}}
+    file = load_recipe(write(tmp_path, data))
+    arm = file.arms["vllm-simple"]
+    point = expand([SEED_KEYS[1]], load_masters([MASTER]), load_clusters(CLUSTERS))[0]
+    spec = backends.get("vllm-simple").spec(arm, point)
+    offload = backends.get("vllm-simple").offload(spec, PORTS, "vllm")
+    assert offload is not None and offload.settings["enable_cross_layers_blocks"] == "true"
+    data["arms"]["vllm-simple"] = {"extra-settings": {"cpu_bytes_to_use_per_rank": 1}}
+    refused(
+        tmp_path, data, "arms.vllm-simple.extra-settings", "arms", "vllm-simple", "extra-settings",
+        says="set by the backend",
+    )  # fmt: skip

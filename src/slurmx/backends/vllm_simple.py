@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal
+
+from pydantic import Field, field_validator
 
 from slurmx.backends.base import GB, Arm, BackendSpec, BaseBackend, TierReading, backend_version
 from slurmx.engines.base import Engine, KvOffload
@@ -22,6 +25,17 @@ class VllmSimpleArm(Arm):
     size_setting: Literal["cpu_bytes_to_use_per_rank", "cpu_bytes_to_use"] = PER_RANK
     budget_unit: Literal["GB", "GiB"] = "GB"
     lazy_offload: bool | None = None
+    # further kv_connector_extra_config settings passed as written (e.g. enable_cross_layers_blocks); the
+    # size settings are the backend's
+    extra_settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("extra_settings")
+    @classmethod
+    def _not_the_sizes(cls, value: dict[str, str | int | float | bool]) -> dict[str, str | int | float | bool]:
+        sized = sorted(set(value) & {PER_RANK, WHOLE, "lazy_offload"})
+        if sized:
+            raise ValueError(f"{', '.join(sized)}: set by the backend from the budget (size-setting, lazy-offload)")
+        return value
 
 
 class VllmSimpleSpec(BackendSpec):
@@ -29,6 +43,7 @@ class VllmSimpleSpec(BackendSpec):
     size_setting: str = PER_RANK
     cpu_bytes: int | None = None  # the whole budget, when size_setting is cpu_bytes_to_use
     lazy_offload: bool | None = None
+    extra_settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
 class VllmSimple(BaseBackend[VllmSimpleSpec]):
@@ -47,6 +62,7 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         return VllmSimpleSpec(
             name=self.name, version=backend_version(point), cpu_bytes_per_rank=per_rank,
             size_setting=knobs.size_setting, cpu_bytes=whole, lazy_offload=knobs.lazy_offload,
+            extra_settings=dict(knobs.extra_settings),
         )  # fmt: skip
 
     def refusal(self, engine: Engine) -> str | None:
@@ -60,6 +76,7 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         settings: dict[str, object] = {spec.size_setting: size}
         if spec.lazy_offload is not None:
             settings["lazy_offload"] = spec.lazy_offload
+        settings.update(spec.extra_settings)
         return KvOffload(self.connector, settings)
 
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
@@ -99,11 +116,14 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         if (value := lazy.pop()) is not None:
             knobs["lazy-offload"] = value
         rest = sorted({k for e in extras if isinstance(e, dict) for k in e} - {setting, "lazy_offload"})
-        if rest:
-            raise ValueError(f"connector settings no arm knob builds: {', '.join(rest)}")
+        for name in rest:  # passed as written, when every point passes one value
+            values = {json.dumps(e.get(name), sort_keys=True) for e in extras if isinstance(e, dict)}
+            if len(values) > 1 or not isinstance(first.get(name), (str, int, float, bool)):
+                raise ValueError(f"connector setting {name} differs between points or is not a plain value")
+            knobs.setdefault("extra-settings", {})[name] = first[name]
         # slurmx's defaults are left out, so an arm reads as what differs from them
-        return {k: v for k, v in knobs.items() if (k, v) not in {("size-setting", "cpu_bytes_to_use_per_rank"),
-                                                                ("budget-unit", "GB")}}  # fmt: skip
+        defaults = {"size-setting": PER_RANK, "budget-unit": "GB"}
+        return {k: v for k, v in knobs.items() if defaults.get(k) != v}
 
 
 BACKEND = VllmSimple()

@@ -52,6 +52,12 @@ def _check(file: RecipeFile) -> None:
     _check_flag_places(file, engine.tool_call_flags if recipe.scenario == "agentic-coding" else ())
     _check_hash_policy(file)
     for rule_index, rule in enumerate(recipe.engine.per_conc):
+        for name in rule.env:
+            if name in HASH_ENV or name in engine.hash_env or name in recipe.env_policy:
+                raise file.error(
+                    ("engine", "per-conc", rule_index, "env", name),
+                    f"{name} is hashing env or set by env-policy: the same for every concurrency",
+                )
         for name in rule.flags:
             if name in base:
                 raise file.error(("engine", "per-conc", rule_index, "flags", name), f"{name} is already a base flag")

@@ -50,11 +50,13 @@ class Match(_Model):
 
 
 class ConcRule(_Model):
-    """Flags and env that apply when conc-min <= conc <= conc-max (e.g. speculative depth by load)."""
+    """Flags and engine env that apply when conc-min <= conc <= conc-max (e.g. speculative depth by load, an
+    allocator setting at high concurrency)."""
 
     conc_min: PositiveInt | None = None
     conc_max: PositiveInt | None = None
     flags: Flags = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)  # the engine's env on these concurrencies
 
     def applies(self, conc: int) -> bool:
         return (self.conc_min is None or conc >= self.conc_min) and (self.conc_max is None or conc <= self.conc_max)

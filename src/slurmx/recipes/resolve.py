@@ -105,6 +105,11 @@ def _engine_flags(recipe: Recipe, arm: Arm, point: Point, engine: Engine) -> lis
     return render_flags(flags) + engine.parallel_flags(point) + after
 
 
+def conc_env(recipe: Recipe, conc: int) -> dict[str, str]:
+    """The engine env the recipe's per-conc rules set at this concurrency."""
+    return {k: v for rule in recipe.engine.per_conc if rule.applies(conc) for k, v in rule.env.items()}
+
+
 def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
     """The router in front of the engine: its own process with its own flags; it never touches the engine's."""
     recipe = file.recipe.router
@@ -155,7 +160,7 @@ def resolve(
         model=recipe.model_path or point.model,
         served_model_name=recipe.served_model_name or point.model,
         engine_flags=flags,
-        env={**recipe.env_policy, **arm.env},
+        env={**recipe.env_policy, **arm.env, **conc_env(recipe, point.conc)},
         block_size=recipe.engine.block_size,
         health_path=recipe.engine.health_path or engine.health_path,
         startup_timeout_s=recipe.engine.startup_timeout_s,

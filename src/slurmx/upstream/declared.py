@@ -11,6 +11,7 @@ import yaml
 
 from slurmx.config.yamlfile import load_yaml
 from slurmx.errors import ConfigError
+from slurmx.upstream.capture import PORT
 from slurmx.upstream.facts import Difference, number
 
 KINDS = {"review-bug-fixed", "run-time-port", "deliberate", "cluster-layout", "open"}
@@ -107,7 +108,13 @@ def is_layout(diff: Difference) -> bool:
 
 def _same_dir(diff: Difference) -> bool:
     a, b = diff.upstream or "", diff.slurmx or ""
+    if _hub_id(a) and b.startswith("/") and b.endswith("/" + a):  # the hub's model, staged by slurmx
+        return True
     return a.startswith("/") and b.startswith("/") and a != b and Path(a).name == Path(b).name
+
+
+def _hub_id(value: str) -> bool:
+    return "/" in value and value[:1] not in ("/", "$", "<") and ":" not in value
 
 
 DEFAULT_HASH_SEED = "0"  # the importer's where upstream sets none on any arm (declared below, for review)
@@ -131,6 +138,15 @@ OWN_CHOICES: dict[tuple[str, str, str | None, str | None], str] = {
 }
 
 
+REPLAY_ONLY_ENV = "AIPERF_"  # aiperf's own settings: the replay's env, whatever else inherits them upstream
+REPLAY_ENV_WHY = (
+    "aiperf's own setting, which the script exports to its whole shell so the engine inherits it too; slurmx "
+    "gives it to the replay, the one process that reads it"
+)
+PORT_WHY = (
+    "run-time port: the script's env names the fixed port 8888; slurmx picks the server's port on the node and "
+    "gives it to the process that needs it"
+)
 TOKENIZER_WHY = (
     "slurmx's replay reads the tokenizer from the staged model (a compute node may have no hub access); the "
     "script names the model's hub id"
@@ -139,9 +155,14 @@ TOKENIZER_WHY = (
 
 def own_choice(diff: Difference) -> str | None:
     """Why a difference is one of slurmx's own constant choices (OWN_CHOICES, the staged tokenizer), or None."""
-    hub_id = diff.upstream is not None and "/" in diff.upstream and diff.upstream[:1] not in ("/", "$", "<")
-    if (diff.process, diff.item, diff.slurmx) == ("replay", "--tokenizer", "$MODEL_PATH") and hub_id:
+    if (diff.process, diff.item, diff.slurmx) == ("replay", "--tokenizer", "$MODEL_PATH") and _hub_id(
+        diff.upstream or ""
+    ):
         return TOKENIZER_WHY
+    if diff.item.startswith("env ") and diff.slurmx is None and _names_port(diff.upstream or ""):
+        return PORT_WHY
+    if diff.process == "engine" and diff.item.startswith(f"env {REPLAY_ONLY_ENV}") and diff.slurmx is None:
+        return REPLAY_ENV_WHY
     for process in (diff.process, "*"):
         why = OWN_CHOICES.get((process, diff.item, diff.upstream, diff.slurmx))
         if why is not None:
@@ -149,9 +170,18 @@ def own_choice(diff: Difference) -> str | None:
     return None
 
 
+def _names_port(value: str) -> bool:
+    return any(f"{host}:{PORT}" in value for host in ("localhost", "127.0.0.1", "0.0.0.0"))
+
+
+def _kind(diff: Difference) -> str:
+    why = own_choice(diff)
+    return "cluster-layout" if why is None else "run-time-port" if why == PORT_WHY else "deliberate"
+
+
 def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] = ()) -> str:
     """A key's declared rows: the reviewed rows a person wrote (kept as they are), then the layout rows."""
-    generated = {LAYOUT_WHY, TOKENIZER_WHY, *OWN_CHOICES.values()}
+    generated = {LAYOUT_WHY, TOKENIZER_WHY, PORT_WHY, REPLAY_ENV_WHY, *OWN_CHOICES.values()}
     kept = [
         {"keys": list(r.keys), "processes": list(r.processes), "item": r.item, "upstream": r.upstream,
          "slurmx": r.slurmx, "kind": r.kind, "why": r.why}
@@ -159,7 +189,7 @@ def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] 
     ]  # fmt: skip
     rows = kept + [
         {"keys": [key], "processes": [d.process], "item": d.item, "upstream": d.upstream, "slurmx": d.slurmx,
-         "kind": "deliberate" if own_choice(d) else "cluster-layout", "why": own_choice(d) or LAYOUT_WHY}
+         "kind": _kind(d), "why": own_choice(d) or LAYOUT_WHY}
         for d in diffs
     ]  # fmt: skip
     head = (

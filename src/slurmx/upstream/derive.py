@@ -58,6 +58,7 @@ class ConcRange:
     conc_min: int | None
     conc_max: int | None
     flags: Flags
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -210,7 +211,7 @@ def derive(points: Sequence[Observed], base_arm: str = "none") -> Derived:
     derived = Derived({}, {}, {a: ArmDelta() for a in arms if a != base} | {base: ArmDelta()}, {}, [])
     derived.arms = {a: derived.arms[a] for a in arms}
     points = _sizing(points, derived)
-    _derive_env(points, base, derived)
+    env_ranges = _derive_env(points, base, derived)
     names = list(dict.fromkeys(n for p in points for n in p.flags))
     ranges: dict[tuple[int | None, int | None], Flags] = {}
     for name in names:
@@ -238,7 +239,8 @@ def derive(points: Sequence[Observed], base_arm: str = "none") -> Derived:
             continue
         why = "follows neither the arm, expert parallelism nor contiguous concurrency ranges"
         derived.misfits.append(_misfit(name, why, points, value))
-    derived.per_conc = [ConcRange(low, high, flags) for (low, high), flags in ranges.items()]
+    bounds = list(dict.fromkeys([*ranges, *env_ranges]))
+    derived.per_conc = [ConcRange(lo, hi, ranges.get((lo, hi), {}), env_ranges.get((lo, hi), {})) for lo, hi in bounds]
     return derived
 
 
@@ -256,8 +258,12 @@ def _arm_delta(name: str, by_arm: dict[str, object], base: str, derived: Derived
             delta.add[name] = value  # type: ignore[assignment]  # not ABSENT
 
 
-def _derive_env(points: Sequence[Observed], base: str, derived: Derived) -> None:
-    """env-policy: what every point of every arm sets alike; an arm's env: what all its points add to it."""
+def _derive_env(
+    points: Sequence[Observed], base: str, derived: Derived
+) -> dict[tuple[int | None, int | None], dict[str, str]]:
+    """env-policy: what every point of every arm sets alike; an arm's env: what all its points add to it; the
+    env set on contiguous concurrency ranges only (returned by range, for the per-conc rules)."""
+    ranges: dict[tuple[int | None, int | None], dict[str, str]] = {}
     names = list(dict.fromkeys(n for p in points for n in p.env))
     for name in names:
 
@@ -274,8 +280,15 @@ def _derive_env(points: Sequence[Observed], base: str, derived: Derived) -> None
                 if v[0] is not ABSENT:
                     derived.arms[arm].env[name] = str(v[0])
             continue
-        why = "engine env that is neither the same on every point nor an arm's own"
+        found = conc_ranges([(p.conc, value(p)) for p in points])
+        if found is not None:
+            for low, high, on_range in found:
+                if on_range is not ABSENT:
+                    ranges.setdefault((low, high), {})[name] = str(on_range)
+            continue
+        why = "engine env that is neither the same on every point, an arm's own, nor set on concurrency ranges"
         derived.misfits.append(_misfit(f"env {name}", why, points, value))
+    return ranges
 
 
 def as_data(value: Any) -> Any:

@@ -21,7 +21,7 @@ from slurmx.flags import Flags
 from slurmx.plan import Point
 from slurmx.store.atomic import write_text
 from slurmx.upstream.capture import PORT, Capture, Upstream, capture
-from slurmx.upstream.declared import DEFAULT_HASH_SEED
+from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV
 from slurmx.upstream.derive import SPECULATIVE, Derived, Observed, derive, hash_seed_problem, parse_flags
 from slurmx.upstream.facts import capture_paths, provision_facts
 from slurmx.upstream.inferencex import content_digest, git_commit
@@ -59,7 +59,9 @@ class ImportRefused(Exception):
 
 
 def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, list[Flags]], dict[str, str]]:
-    """Each point's engine flags (computed ones taken out), each arm's connector JSONs, and the draft model."""
+    """Each point's engine flags (computed ones taken out), each arm's connector JSONs, and the draft model.
+    Env naming the server's port is slurmx's to set (it picks the port on the node), and aiperf's own settings
+    (which the script's shell also hands the engine) are the replay's: neither is observed here."""
     engine = engines.get(captured[0].point.framework)
     observed: list[Observed] = []
     connectors: dict[str, list[Flags]] = {}
@@ -81,13 +83,16 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
             downloads = provision_facts(c.capture.started, {})
             repo = next((item.split(" ", 2)[2] for item, v in ((k[1], v) for k, v in downloads.items())
                          if item.startswith("download model ") and v == path), None)  # fmt: skip
+            if repo is None and not path.startswith("/") and "/" in path:
+                repo = path  # a hub id the engine downloads itself; slurmx stages it with the model
             if repo is None:
                 raise ImportRefused(f"{c.point.exp_name}: {SPECULATIVE} model {path} is no model the script downloads")
             draft[repo] = path
             flags[SPECULATIVE] = {k: v for k, v in speculative.items() if k != "model"}
         observed.append(
             Observed(c.point.exp_name, arm_of(c.point), c.point.tp, c.point.ep, c.point.dp_attn, c.point.conc,
-                     flags, {k: _placeholders(v, c) for k, v in env.items()})
+                     flags, {k: _placeholders(v, c) for k, v in env.items()
+                             if f":{PORT}" not in v and not k.startswith(REPLAY_ONLY_ENV)})
         )  # fmt: skip
     return observed, connectors, draft
 
@@ -137,7 +142,7 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
     if derived.per_conc:
         engine["per-conc"] = [
             {**({"conc-min": r.conc_min} if r.conc_min else {}), **({"conc-max": r.conc_max} if r.conc_max else {}),
-             "flags": _flag_data(r.flags)}
+             **({"flags": _flag_data(r.flags)} if r.flags else {}), **({"env": r.env} if r.env else {})}
             for r in derived.per_conc
         ]  # fmt: skip
     arms: dict[str, Any] = {}
