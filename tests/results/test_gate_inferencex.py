@@ -16,9 +16,9 @@ from slurmx.results import gate
 from slurmx.results.aggregate import RunMeta, build_result
 from slurmx.results.requests import aiperf_counts
 from slurmx.results.schema import Result
+from tests.helpers.inferencex_results import POINT
 from tests.helpers.points import point_from_row
 from tests.helpers.synthetic import make_result
-from tests.results.test_gate_inferencex_differential import POINT
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SAMPLE = DATA / "aiperf" / "lmcache-replay"

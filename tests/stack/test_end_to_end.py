@@ -12,7 +12,10 @@ import pytest
 from slurmx.node.numa import read_numa_nodes
 from slurmx.results import gate
 from slurmx.results.schema import Result
+from slurmx.store import ledger
 from slurmx.store.lockfile import read_lock
+from slurmx.store.tree import PointDir
+from tests.helpers.inferencex_results import Oracle, compare
 from tests.stack.conftest import ROOT, STACK, StackEnv, job_processes
 
 pytestmark = pytest.mark.stack
@@ -119,6 +122,17 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
         result = Result.model_validate_json((pdir / "result.json").read_text())
         assert result.slurmx is not None and result.slurmx.evidence is not None
         evidence[(point["backend"], result.conc)] = result.slurmx.evidence
+    # InferenceX's own judging and aggregation (its tree's code, run as an oracle) on every replay the sweep kept
+    oracle = Oracle()
+    try:
+        for point in status:
+            pdir = sweep / "points" / point["point_id"]
+            planned = ledger.read_point(PointDir(pdir)).point
+            judged = stack_env.root / "oracle" / point["point_id"]
+            shutil.copytree(pdir / "aiperf", judged / "aiperf_artifacts")
+            compare(oracle, judged, {**planned.row(), "point-id": planned.point_id, "config-key": planned.config_key})
+    finally:
+        oracle.close()
     for conc in (2, 4):
         lmc, none = evidence[("lmcache", conc)], evidence[("none", conc)]
         # the working set overflows the pool; the engine got tokens from LMCache, no more than it found
