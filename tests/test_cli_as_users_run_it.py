@@ -21,6 +21,7 @@ from tests.conftest import ROOT
 TREES = ("repo-main", "repo-kimik3-b300-lmcache", "repo-lmcache-agentix")
 NEAR_MATCH_KEY = "dsv4-fp4-b200-vllm-agentic-mtp"  # jobs/dsv4_fp4_b200_vllm.yaml differs in image and spec-decoding
 SERVED_KEY = "kimik3-fp4-h200-vllm-agentic"  # has its recipe (jobs/kimik3_fp4_h200_vllm.yaml) and profile
+IMPORTED_KEY = "minimaxm3-fp4-b200-vllm-agentic-mtp"  # single-node, served by jobs/minimaxm3_fp4_b200_vllm_mtp.yaml
 SLURMX_FIELDS = ("point-id", "config-key", "slurm-request", "recipe", "recipe-note")
 
 
@@ -83,10 +84,21 @@ def test_plan_all_over_the_fixture_masters_equals_inferencex_whatever_the_recipe
     empty.mkdir()
     cwd = tmp_path / "wd"
     cwd.mkdir()
+    served: dict[object, set[object]] = {}
     for jobs in (None, empty, bad_jobs):  # the checkout's jobs/ found from anywhere; none at all; a broken one
         rows = planned(slurmx(args, cwd, jobs))
         assert len(rows) == len(expected) == 1820
         assert inferencex_fields(rows) == expected, f"with jobs {jobs}"
+        served[jobs] = {r["recipe"] for r in rows if r["config-key"] == IMPORTED_KEY}
+        # a key slurmx has no engine for is said so whatever jobs/ holds (plan reads no recipe for it)
+        sglang = {
+            r["recipe-note"]
+            for r in rows
+            if r["framework"] == "sglang" and r.get("scenario-type") == "agentic-coding" and "prefill" not in r
+        }
+        assert sglang and all("no serving engine 'sglang'" in note for note in sglang), sglang
+    assert served[None] == {"minimaxm3-fp4-b200-vllm-mtp"}  # the checkout's recipe, from a fresh directory
+    assert served[empty] == {None}
     assert list(cwd.iterdir()) == []  # planning writes nothing
 
 

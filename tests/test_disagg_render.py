@@ -66,6 +66,6 @@ def test_a_worker_wider_than_a_node_is_listed_refused() -> None:
 
 
 def test_submit_refuses_with_the_reason() -> None:
-    inputs = load_points(_DefaultInputs(), [KEY])  # type: ignore[arg-type]  # reads only .config and .clusters
+    inputs = load_points(_DefaultInputs(), [KEY])  # type: ignore[arg-type]  # reads only .config, .clusters and .inferencex
     with pytest.raises(UserError, match="needs GPUs and RDMA"):
         check_submittable(inputs.key_points(KEY))

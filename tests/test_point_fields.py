@@ -3,14 +3,12 @@ as a point.json read back keeps its own), and a multi-concurrency point keeps it
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-
-import pytest
 
 from slurmx.config.load import load_clusters, load_masters
 from slurmx.plan import Point, expand
 
-FIXTURES = Path("/work/shared/fixtures/inferencex")
 MULTINODE_FIXED = "dsr1-fp4-b200-dynamo-trt"
 CLUSTERS = """
 hardware:
@@ -65,6 +63,7 @@ def test_a_point_built_by_hand_derives_the_names_plan_gives_it(tmp_path: Path) -
     assert [(p.conc, p.concs, p.concurrencies) for p in planned] == [(4, (), (4,)), (8, (), (8,))]
     for p in planned:
         built = _by_hand(p.conc)
+        assert re.fullmatch(r"[0-9a-f]{12}", built.point_id)  # derived as it is built, not left empty
         assert (
             (built.point_id, built.exp_name) == (p.point_id, p.exp_name) == (p.point_id, f"p_tp8_conc{p.conc}_kvnone")
         )
@@ -74,13 +73,13 @@ def test_a_point_built_by_hand_derives_the_names_plan_gives_it(tmp_path: Path) -
 def test_given_names_are_kept_as_a_stored_point_keeps_its_own() -> None:
     stored = _by_hand(4, point_id="0123456789ab", exp_name="as-stored")
     assert (stored.point_id, stored.exp_name) == ("0123456789ab", "as-stored")
-    assert _by_hand(4).point_id != "0123456789ab"
+    derived = _by_hand(4).point_id
+    assert derived != "0123456789ab" and re.fullmatch(r"[0-9a-f]{12}", derived)
 
 
-@pytest.mark.skipif(not FIXTURES.exists(), reason="InferenceX fixtures not present")
-def test_a_multinode_fixed_seq_len_point_runs_its_whole_list_and_conc_is_its_first() -> None:
-    masters = load_masters([FIXTURES / "nvidia-master.yaml"])
-    points = expand([MULTINODE_FIXED], masters, load_clusters(FIXTURES / "runners.yaml"))
+def test_a_multinode_fixed_seq_len_point_runs_its_whole_list_and_conc_is_its_first(fixtures: Path) -> None:
+    masters = load_masters([fixtures / "nvidia-master.yaml"])
+    points = expand([MULTINODE_FIXED], masters, load_clusters(fixtures / "runners.yaml"))
     assert points and any(len(p.concs) > 1 for p in points)
     for p in points:
         assert p.concs and p.conc == p.concs[0] and p.concurrencies == p.concs

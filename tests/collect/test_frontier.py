@@ -129,3 +129,25 @@ def test_collect_shows_the_headline_column_and_the_frontier_and_draws_the_chosen
     assert main(["collect", "--results", str(tmp_path), "--no-report", "--x-metric", "ttft_p90_s"]) == 0
     assert "TTFT p90 frontier" in capsys.readouterr().out
     assert (sweep.plots / plots.pareto_png("ttft_p90_s")).is_file()
+
+
+def test_the_sweep_equals_the_pairwise_definition_of_dominance() -> None:
+    """pareto() sorts and sweeps; on random points with ties and missing values it keeps exactly the points no
+    other point dominates (at least as good on both axes, better on one)."""
+    import random
+
+    from slurmx.collect.frontier import pareto
+
+    def pairwise(points: list[tuple[int | None, int | None]], higher: bool) -> list[bool]:
+        known = [(i, (x if higher else -x, y)) for i, (x, y) in enumerate(points) if x is not None and y is not None]
+        out = [False] * len(points)
+        for i, (px, py) in known:
+            out[i] = not any(qx >= px and qy >= py and (qx > px or qy > py) for j, (qx, qy) in known if j != i)
+        return out
+
+    rng = random.Random(20261201)
+    for _ in range(300):
+        values = [None, 0, 1, 2, 3, 4]
+        points = [(rng.choice(values), rng.choice(values)) for _ in range(rng.randint(0, 12))]
+        for higher in (True, False):
+            assert pareto(points, higher) == pairwise(points, higher), (points, higher)

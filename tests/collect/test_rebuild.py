@@ -140,3 +140,20 @@ def test_rebuild_one_point_and_a_point_without_artifacts(tmp_path: Path, capsys:
     assert skipped["status"] == "skipped" and "profile_export" in str(skipped["why"])
     assert json.loads(other.result_json.read_text())["slurmx"]["invalid_reason"] == "old reason"  # left as it was
     assert main(["rebuild", "--results", str(root), "nosuchkey"]) == 2
+
+
+def test_a_result_that_never_recorded_its_threshold_is_rebuilt_with_the_recipes(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path / "results")
+    point = sorted(sweep.points(), key=lambda p: p.point_id)[0]
+    record = json.loads(point.point_json.read_text())
+    record["serving"]["replay"]["failed-request-threshold"] = 0.37  # the recipe the node gated with
+    point.point_json.write_text(json.dumps(record))
+    old = Result.model_validate_json(json.dumps(_stub(point.point_id, sweep.sweep_id)))  # no threshold recorded
+    assert old.slurmx is not None and "failed_request_threshold" not in old.slurmx.model_fields_set
+    new = rebuilt(point, old)
+    assert new.slurmx is not None and new.slurmx.failed_request_threshold == 0.37
+    recorded = old.model_copy(deep=True)
+    assert recorded.slurmx is not None
+    recorded.slurmx.failed_request_threshold = 0.2  # a threshold the file recorded wins
+    built = rebuilt(point, recorded)
+    assert built.slurmx is not None and built.slurmx.failed_request_threshold == 0.2

@@ -29,6 +29,7 @@ class _DefaultInputs:
 
     config = None
     clusters = None
+    inferencex = None
 
 
 def _normalise(text: str, results: Path) -> str:
@@ -42,7 +43,7 @@ def _normalise(text: str, results: Path) -> str:
 
 def render(key: str, results: Path) -> str:
     """What `slurmx render KEY` prints for the shipped configs, with machine paths as placeholders."""
-    loaded = load_points(_DefaultInputs(), [key])  # type: ignore[arg-type]  # reads only .config and .clusters
+    loaded = load_points(_DefaultInputs(), [key])  # type: ignore[arg-type]  # reads only .config, .clusters and .inferencex
     return _normalise(render_key(key, loaded, results), results)
 
 

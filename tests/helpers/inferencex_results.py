@@ -86,8 +86,14 @@ def compare(oracle: Oracle, result_dir: Path, point: dict[str, Any] | None = Non
     """slurmx's result and verdict against InferenceX's, on one result_dir/aiperf_artifacts."""
     result = build_result(point_from_row(point or POINT), result_dir / "aiperf_artifacts", run=RunMeta(sweep_id="s"))
     theirs = oracle.ask(result_dir, env_of(result))
-    refusal = gate.judge(result, max_error_rate=THRESHOLD)
-    mine = refusal if refusal is not None and refusal.rule.startswith("inferencex-") else None
+    meta = result.slurmx
+    assert meta is not None
+    # the verdict build_result wrote into the result (what the node and rebuild keep), and the gate agrees
+    written = (
+        gate.Refusal(meta.invalid_rule, meta.invalid_reason) if meta.invalid_rule and meta.invalid_reason else None
+    )
+    assert written == gate.judge(result, max_error_rate=THRESHOLD)
+    mine = written if written is not None and written.rule.startswith("inferencex-") else None
     expected = theirs["validation"]
     if expected:
         assert mine is not None and mine.reason == expected[0], (mine, expected)

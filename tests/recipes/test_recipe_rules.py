@@ -537,14 +537,16 @@ def test_the_refusal_is_one_line_and_exit_2_from_the_whole_process(tmp_path: Pat
     assert proc.stderr.startswith("slurmx: error: " + line) and proc.stderr.count("\n") == 1, proc.stderr
 
 
-def test_per_conc_env_resolves_on_its_concurrencies_and_never_sets_hashing_env(tmp_path: Path) -> None:
+def test_per_conc_env_resolves_on_its_concurrencies_and_never_sets_hashing_env(
+    tmp_path: Path, seed_points: list[Point]
+) -> None:
     data = bad()
     data["engine"]["per-conc"].append({"conc-min": 32, "env": {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}})
-    file = load_recipe(write(tmp_path, data))
-    from slurmx.recipes.resolve import conc_env
-
-    assert conc_env(file.recipe, 64) == {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
-    assert conc_env(file.recipe, 8) == {}
+    recipes = Recipes([load_recipe(write(tmp_path, data))])
+    dsv4 = [p for p in seed_points if p.config_key == SEED_KEYS[1]]
+    high, low = next(p for p in dsv4 if p.conc >= 32), next(p for p in dsv4 if p.conc < 32)
+    assert resolve(high, recipes).env["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"  # what the engine gets
+    assert "PYTORCH_ALLOC_CONF" not in resolve(low, recipes).env
     data["engine"]["per-conc"][-1]["env"] = {"PYTHONHASHSEED": "1"}
     refused(
         tmp_path, data, "engine.per-conc.1.env.PYTHONHASHSEED", "engine", "per-conc", "PYTHONHASHSEED",

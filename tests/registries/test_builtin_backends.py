@@ -158,3 +158,26 @@ def test_lmcache_l1_that_rounds_to_zero_names_the_arm_field() -> None:
     spec = LMCACHE.spec(arm, _point("lmcache", 5, version=None))
     assert (spec.l1_size_gb, spec.version) == (2, None)
     assert backend_version(_point("lmcache", 5)) == "1.2"
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {},
+        {"size-setting": "cpu_bytes_to_use", "budget-unit": "GiB"},
+        {"extra-settings": {"enable_cross_layers_blocks": "true"}},
+    ],
+)
+def test_vllm_simple_knobs_read_back_from_the_connector_they_build(knobs: dict[str, object]) -> None:
+    """What the importer derives from a captured connector JSON is the arm that builds that JSON: on a TP8 point
+    and on a TP4xPP2 one (eight ranks share the budget), for every sizing the arm has."""
+    arm = VLLM_SIMPLE.arm_model.model_validate(knobs)
+    points = [_point("vllm-simple", 1889), replace(_point("vllm-simple", 1000, tp=4), pp=2)]
+    configs = []
+    for point in points:
+        offload = VLLM_SIMPLE.offload(VLLM_SIMPLE.spec(arm, point), PORTS, VLLM.name)
+        assert offload is not None
+        configs.append(transfer_config(offload))
+    assert VLLM_SIMPLE.knobs_from_connector(configs, points) == knobs
+    with pytest.raises(ValueError, match="no connector JSON"):
+        VLLM_SIMPLE.knobs_from_connector([], [])

@@ -13,7 +13,7 @@ import yaml
 
 from slurmx import engines
 from slurmx.results import gate
-from slurmx.results.aggregate import RunMeta, build_result
+from slurmx.results.aggregate import RunFacts, RunMeta, build_result
 from slurmx.results.requests import aiperf_counts
 from slurmx.results.schema import Result
 from tests.helpers.inferencex_results import POINT
@@ -131,3 +131,21 @@ def test_slurmxs_own_rules_come_after_inferencexs_and_are_named() -> None:
         gate.SLURMX_MIN_REQUESTS, "3 completed request(s), fewer than the minimum 5"
     )
     assert set(gate.RULES) >= {gate.SLURMX_ARM_MISMATCH, gate.SLURMX_BACKEND_LOG, gate.SLURMX_NOT_ENGAGED}
+
+
+def test_a_partial_replay_stays_partial_under_an_inferencex_refusal_and_through_a_rebuild(tmp_path: Path) -> None:
+    """InferenceX's rule refuses first and names the verdict; that the replay ended early is a fact of its own,
+    written beside it, so a later judge (collect, rebuild) still sees the point as partial."""
+    kinds = [("profiling", False)] * 10 + [("profiling", True)] * 10
+    aggregate = {"request_count": {"avg": 10}, "error_request_count": {"avg": 10}}
+    facts = RunFacts(failed_request_threshold=0.2, repeat=2, repeats=3, partial_reason="time limit near (SIGUSR2)")
+    result = build_result(point_from_row(POINT), _artifacts(tmp_path, kinds, aggregate), run=RunMeta("s"), facts=facts)
+    assert result.slurmx is not None
+    assert result.slurmx.invalid_rule == gate.INFERENCEX_ERROR_RATE  # InferenceX's rule names the verdict
+    assert result.slurmx.partial_reason == "time limit near (SIGUSR2)"
+    again = RunFacts.of(Result.model_validate_json(result.model_dump_json()).slurmx)  # type: ignore[arg-type]
+    assert again == facts  # what a rebuild carries over: threshold, repeat and the early end
+    # were the counts fine, the partial replay is what refuses it
+    result.slurmx.aiperf_counts = None
+    result.request_accounting.records_error_dropped = 0
+    assert gate.judge(result, max_error_rate=1.0) == gate.partial("time limit near (SIGUSR2)")

@@ -95,17 +95,18 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
     def knobs_from_connector(self, configs: list[dict[str, Any]], points: list[Point]) -> dict[str, Any]:
         """The vllm-simple arm's sizing knobs that rebuild the captured SimpleCPUOffloadConnector JSON."""
         extras = [c.get("kv_connector_extra_config") for c in configs]
-        if not all(isinstance(e, dict) for e in extras):
-            raise ValueError("a connector JSON without kv_connector_extra_config")
+        if not extras or not all(isinstance(e, dict) for e in extras):
+            raise ValueError("no connector JSON with kv_connector_extra_config was captured")
         knobs: dict[str, Any] = {}
         first: dict[str, Any] = extras[0]  # type: ignore[assignment]  # every one is a dict: checked above
-        setting = "cpu_bytes_to_use" if "cpu_bytes_to_use" in first else "cpu_bytes_to_use_per_rank"
-        for unit, name in ((GB, "GB"), (GIB, "GiB")):
-            expect = [
-                p.total_cpu_dram_gb * unit if setting == "cpu_bytes_to_use" else int(p.total_cpu_dram_gb * unit / p.tp)
-                for p in points
-            ]
-            if [e.get(setting) for e in extras if isinstance(e, dict)] == expect:
+        setting: Literal["cpu_bytes_to_use_per_rank", "cpu_bytes_to_use"] = WHOLE if WHOLE in first else PER_RANK
+        units: tuple[Literal["GB", "GiB"], ...] = ("GB", "GiB")
+        for name in units:
+            # the sizes spec() computes for each point under these knobs
+            arm = VllmSimpleArm(size_setting=setting, budget_unit=name)
+            expect = [self.spec(arm, p) for p in points]
+            sizes = [s.cpu_bytes if setting == WHOLE else s.cpu_bytes_per_rank for s in expect]
+            if [e.get(setting) for e in extras if isinstance(e, dict)] == sizes:
                 knobs = {"size-setting": setting, "budget-unit": name}
                 break
         else:

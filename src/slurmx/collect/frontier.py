@@ -10,6 +10,7 @@ frontier of that view (InferenceX: runs without per-request traces cannot join t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,26 +47,34 @@ DEFAULT_VIEW = NORTH_STAR.key
 Coords = Mapping[str, float | None]  # column -> value of one point
 
 
-def _dominates(a: tuple[float, float], b: tuple[float, float], x_higher: bool) -> bool:
-    """a is at least as good as b on both axes and strictly better on one (y: higher is better)."""
-    ax, ay = a if x_higher else (-a[0], a[1])
-    bx, by = b if x_higher else (-b[0], b[1])
-    return ax >= bx and ay >= by and (ax > bx or ay > by)
-
-
 def pareto(points: Sequence[tuple[float | None, float | None]], x_higher_is_better: bool) -> list[bool]:
-    """Per point: non-dominated among the points that have both coordinates. Equal points do not dominate
-    each other, so a tie keeps both."""
-    known = [(i, (x, y)) for i, (x, y) in enumerate(points) if x is not None and y is not None]
+    """Per point: non-dominated among the points that have both coordinates (y: higher is better). Equal points
+    do not dominate each other, so a tie keeps both. A sort and one sweep: a point is dominated by a better y at
+    its own x, or by a y at least as good at a better x."""
+    known = [
+        (x if x_higher_is_better else -x, y, i) for i, (x, y) in enumerate(points) if x is not None and y is not None
+    ]
+    known.sort(key=lambda p: (-p[0], -p[1]))
     out = [False] * len(points)
-    for i, p in known:
-        out[i] = not any(_dominates(q, p, x_higher_is_better) for j, q in known if j != i)
+    best_before = -math.inf  # the best y at a strictly better x
+    start = 0
+    while start < len(known):
+        end = start
+        while end < len(known) and known[end][0] == known[start][0]:
+            end += 1
+        top = known[start][1]  # the best y at this x (sorted)
+        for _, y, i in known[start:end]:
+            out[i] = y == top and y > best_before
+        best_before = max(best_before, top)
+        start = end
     return out
 
 
-def on_view(points: Sequence[Coords], view: View, y: str = Y_METRIC) -> list[bool]:
-    """Per point: on `view`'s published frontier, i.e. a North Star winner and non-dominated in `view`."""
-    north = pareto([(p.get(NORTH_STAR.key), p.get(y)) for p in points], True)
+def on_view(points: Sequence[Coords], view: View, y: str = Y_METRIC, north: list[bool] | None = None) -> list[bool]:
+    """Per point: on `view`'s published frontier, i.e. a North Star winner and non-dominated in `view`
+    (`north`: the North Star frontier, when the caller has it already)."""
+    if north is None:
+        north = pareto([(p.get(NORTH_STAR.key), p.get(y)) for p in points], True)
     if view.key == NORTH_STAR.key:
         return north
     own = pareto([(p.get(view.key), p.get(y)) for p in points], view.higher_is_better)
@@ -74,7 +83,8 @@ def on_view(points: Sequence[Coords], view: View, y: str = Y_METRIC) -> list[boo
 
 def frontiers(points: Sequence[Coords], y: str = Y_METRIC) -> list[tuple[str, ...]]:
     """Per point: the keys of every view whose frontier it is on (North Star first); () when dominated."""
-    flags = {key: on_view(points, view, y) for key, view in VIEWS.items()}
+    north = on_view(points, NORTH_STAR, y)
+    flags = {key: on_view(points, view, y, north) for key, view in VIEWS.items()}
     return [tuple(key for key in VIEWS if flags[key][i]) for i in range(len(points))]
 
 

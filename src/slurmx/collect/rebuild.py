@@ -15,7 +15,7 @@ The previous file stays beside the new one as `result.json.<UTC stamp>.prev` (co
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slurmx.errors import UserError
@@ -77,6 +77,9 @@ def rebuilt(run: PointDir, old: Result) -> Result:
     telemetry = run.telemetry if run.telemetry.is_dir() else None
     logs = sorted(run.logs.glob("engine*.log")) if run.logs.is_dir() else []
     facts = RunFacts.of(meta) if meta is not None else RunFacts()
+    if record.serving is not None and (meta is None or "failed_request_threshold" not in meta.model_fields_set):
+        # a result written before it recorded its threshold: the recipe's, as point.json holds it, not the default
+        facts = replace(facts, failed_request_threshold=record.serving.replay.failed_request_threshold)
     new = build_result(
         record.point, run.aiperf, run=run_meta, window=window, engine_logs=logs, telemetry_dir=telemetry, facts=facts
     )

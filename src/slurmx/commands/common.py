@@ -31,8 +31,7 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_points(args: argparse.Namespace, keys: list[str], all_keys: bool = False) -> Inputs:
-    checkout = getattr(args, "inferencex", None)  # callers that build their own namespace may leave it out
-    inputs = load_inputs(args.config, args.clusters, keys, all_keys, keep_going=True, inferencex=checkout)
+    inputs = load_inputs(args.config, args.clusters, keys, all_keys, keep_going=True, inferencex=args.inferencex)
     for warning in inputs.warnings:
         print(f"slurmx: warning: {warning}", file=sys.stderr)
     return inputs

@@ -12,7 +12,7 @@ from slurmx.commands.common import add_config_options, load_points, report_key_e
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.plan import Point
-from slurmx.recipes.resolve import match_values, missing_implementation, near_recipe, resolve
+from slurmx.recipes.resolve import implementation, match_values, near_recipe, nearest_hint, resolve
 from slurmx.recipes.spec import ServingSpec
 from slurmx.submit.resolved import point_request
 
@@ -56,32 +56,31 @@ class RecipeNotes:
 
 def recipe_notes(loaded: Inputs) -> RecipeNotes:
     found = RecipeNotes()
-    candidates = [p for p in loaded.points if not p.multinode and p.scenario == "agentic-coding"]
-    if not candidates:
+    served = []
+    for p in loaded.points:
+        if p.multinode or p.scenario != "agentic-coding":
+            continue
+        try:
+            served.append((p, implementation(p)))
+        except UserError as missing:  # said before jobs/ is read: a key slurmx cannot serve needs no recipe
+            found.notes[p.point_id] = str(missing)
+    if not served:
         return found
     try:
         recipes = loaded.recipes()
     except UserError as unreadable:
-        found.notes = {p.point_id: f"recipes unreadable: {unreadable}" for p in candidates}
+        found.notes |= {p.point_id: f"recipes unreadable: {unreadable}" for p, _ in served}
         return found
-    for p in candidates:
-        missing = missing_implementation(p)
-        if missing is not None:
-            found.notes[p.point_id] = str(missing)
-            continue
+    for p, implemented in served:
         file = recipes.find(match_values(p))
         if file is None:
             near = near_recipe(p, recipes)
-            found.notes[p.point_id] = (
-                f"no serving recipe for {p.config_key}; nearest is {near[0].path} ({near[0].recipe.recipe}), "
-                f"which differs in {', '.join(near[1])}"
-                if near
-                else f"no serving recipe for {p.config_key}"
-            )
+            hint = f"; {nearest_hint(near)}" if near else ""
+            found.notes[p.point_id] = f"no serving recipe for {p.config_key}{hint}"
             continue
         found.names[p.point_id] = file.recipe.recipe
         try:
-            found.specs[p.point_id] = resolve(p, recipes)
+            found.specs[p.point_id] = resolve(p, recipes, implemented=implemented)
         except UserError as refused:
             found.notes[p.point_id] = f"recipe {file.recipe.recipe} refuses it: {refused}"
     return found

@@ -18,7 +18,6 @@ from slurmx.slurm.sbatch import array_id
 from slurmx.store.tree import ResultsTree
 from slurmx.submit import KeyReport, submit_key
 from slurmx.submit.decide import Mode
-from slurmx.submit.resolved import check_submittable
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
     reports: list[KeyReport] = []
     refused: list[UserError] = []
     for key in inputs.config_keys():
-        try:  # a key's own problem (a recipe, a profile, the cluster) blocks only that key
-            check_submittable(inputs.key_points(key))
+        try:  # a key's own problem (what slurmx cannot run, a recipe, a profile, the cluster) blocks only that key
             reports.append(
                 submit_key(
                     key, inputs, tree, mode, dry_run=args.dry_run, max_parallel=args.max_parallel, repeats=args.repeats

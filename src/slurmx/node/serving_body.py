@@ -343,7 +343,7 @@ def _build(
         repeat=member.point.repeat,
         repeats=member.record.repeats,
         repeat_mode=member.record.repeat_mode,
-        partial=partial,
+        partial_reason=partial,
     )
     return build_result(
         member.record.point,

@@ -75,16 +75,17 @@ def near_recipe(point: Point, recipes: Recipes) -> tuple[RecipeFile, list[str]] 
     return nearest if family == (point.model_prefix, point.precision, point.framework, point.runner) else None
 
 
+def nearest_hint(nearest: tuple[RecipeFile, list[str]]) -> str:
+    """How a recipe that does not serve a point differs from it, as `plan`, `render` and `submit` say it."""
+    return f"nearest is {nearest[0].path} ({nearest[0].recipe.recipe}), which differs in {', '.join(nearest[1])}"
+
+
 def find_recipe(point: Point, recipes: Recipes) -> RecipeFile:
     file = recipes.find(match_values(point))
     if file is not None:
         return file
     nearest = recipes.nearest(match_values(point))
-    hint = (
-        f"; nearest is {nearest[0].path} ({nearest[0].recipe.recipe}), which differs in " + ", ".join(nearest[1])
-        if nearest
-        else ""
-    )
+    hint = f"; {nearest_hint(nearest)}" if nearest else ""
     raise ConfigError(
         "jobs/", None, point.config_key,
         f"no serving recipe matches {point.exp_name} exactly (model {point.model}, image {point.image}, "

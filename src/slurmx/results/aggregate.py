@@ -89,20 +89,17 @@ class RunFacts:
     repeat: int = 1
     repeats: int = 1
     repeat_mode: Literal["separate-tasks", "shared-server"] | None = None
-    partial: str | None = None  # the replay ended early (time limit, cancel, a crashed server): why
+    partial_reason: str | None = None  # the replay ended early (time limit, cancel, a crashed server): why
 
     @classmethod
     def of(cls, meta: SlurmxMeta) -> RunFacts:
         """The facts a written result recorded (what `slurmx rebuild` carries over)."""
-        partial = meta.invalid_reason if meta.invalid_rule == gate.SLURMX_PARTIAL else None
-        if partial is None and meta.invalid_reason and meta.invalid_reason.startswith(gate.PARTIAL):
-            partial = meta.invalid_reason  # written before results named their rule
-        recorded = {name: getattr(meta, name) for name in _RECORDED}
-        return cls(**recorded, partial=partial.removeprefix(f"{gate.PARTIAL}: ") if partial else None)
+        recorded = {name: getattr(meta, name) for name in _RECORDED if name != "partial_reason"}
+        return cls(**recorded, partial_reason=gate.partial_reason(meta))
 
 
-# RunFacts' fields that SlurmxMeta records under the same names (all but `partial`, which is a verdict)
-_RECORDED = tuple(f.name for f in fields(RunFacts) if f.name != "partial")
+# RunFacts' fields, each recorded in SlurmxMeta under the same name
+_RECORDED = tuple(f.name for f in fields(RunFacts))
 
 
 @dataclass(frozen=True)
@@ -218,11 +215,8 @@ def build_result(
 def _with_facts(result: Result, facts: RunFacts) -> Result:
     meta = result.slurmx
     assert meta is not None
-    for name in _RECORDED:
+    for name in _RECORDED:  # the partial reason too: InferenceX's rules still come first, the gate reads it after
         setattr(meta, name, getattr(facts, name))
-    if facts.partial is not None:  # InferenceX's rules still come first: the gate reads this after them
-        marked = gate.partial(facts.partial)
-        meta.invalid_rule, meta.invalid_reason = marked.rule, marked.reason
     return result
 
 

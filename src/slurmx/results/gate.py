@@ -20,7 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurmx.results.schema import DEFAULT_ERROR_THRESHOLD, AiperfCounts, ArmEvidence, MetricsExport, Result
+from slurmx.results.schema import (
+    DEFAULT_ERROR_THRESHOLD,
+    AiperfCounts,
+    ArmEvidence,
+    MetricsExport,
+    Result,
+    SlurmxMeta,
+)
 
 INFERENCEX_AGGREGATE = "inferencex-aggregate"
 INFERENCEX_ZERO_COMPLETED = "inferencex-zero-completed"
@@ -115,8 +122,9 @@ def partial(reason: str) -> Refusal:
 
 def _slurmx_rules(result: Result, min_requests: int) -> Refusal | None:
     meta = result.slurmx
-    if meta is not None and meta.invalid_reason and _was_partial(meta.invalid_rule, meta.invalid_reason):
-        return Refusal(SLURMX_PARTIAL, meta.invalid_reason)  # only the node knew the replay ended early
+    reason = partial_reason(meta) if meta is not None else None
+    if reason is not None:
+        return partial(reason)  # only the node knew the replay ended early
     if meta is not None and meta.was_cancelled:
         return Refusal(SLURMX_CANCELLED, "the replay was cancelled before it finished (aiperf was_cancelled)")
     if meta is not None and meta.incomplete_reason:
@@ -131,9 +139,14 @@ def _slurmx_rules(result: Result, min_requests: int) -> Refusal | None:
     return None
 
 
-def _was_partial(rule: str | None, reason: str) -> bool:
-    # a file written before invalid_rule was recorded says so by its reason alone
-    return rule == SLURMX_PARTIAL or (rule is None and reason.startswith(f"{PARTIAL}:"))
+def partial_reason(meta: SlurmxMeta) -> str | None:
+    """Why the replay ended early, or None: the recorded fact, else (a file written before it was recorded)
+    the verdict that said so."""
+    if meta.partial_reason is not None:
+        return meta.partial_reason
+    reason, prefix = meta.invalid_reason or "", f"{PARTIAL}: "
+    legacy = meta.invalid_rule == SLURMX_PARTIAL or (meta.invalid_rule is None and reason.startswith(prefix))
+    return reason.removeprefix(prefix) if legacy and reason else None
 
 
 def check_arm(evidence: ArmEvidence) -> str | None:

@@ -318,6 +318,9 @@ class SlurmxMeta(_Strict):
     energy: EnergyMeta | None = None  # GPU telemetry over the window (None: no sampler ran)
     invalid_reason: str | None = None  # set when the validity gate refused the point (the file is kept)
     invalid_rule: str | None = None  # which rule refused it (results/gate.py's RULES), with invalid_reason
+    # the replay ended early (time limit, cancel, a crashed server): why, kept whatever rule refused the point,
+    # so a later judge (collect, rebuild) still knows it
+    partial_reason: str | None = None
     aiperf_counts: AiperfCounts | None = None  # None: written before slurmx recorded them
     metrics_export: MetricsExport | None = None  # None: written before slurmx recorded it
     labels: list[str] = Field(default_factory=list)  # e.g. "offload not exercised": valid, but say so

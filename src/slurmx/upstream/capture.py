@@ -28,8 +28,14 @@ from slurmx import engines
 from slurmx.node import procscan
 from slurmx.plan import Point
 
-# servers the scripts start and keep running: every engine's, and the backends' own
-SERVER_STANDINS = (*(p for e in engines.REGISTRY.values() for p in e.upstream_programs), "lmcache", "mooncake_master")
+# the servers the scripts start and keep running, by the slurmx process each one is: every engine's, and the
+# backends' own (the stand-ins and the facts compared both read this one table)
+SERVERS: dict[str, str] = {
+    **{program: name for e in engines.REGISTRY.values() for program, name in e.upstream_programs.items()},
+    "lmcache": "lmcache",
+    "mooncake_master": "mooncake-master",
+}
+SERVER_STANDINS = tuple(SERVERS)
 STANDINS = (
     *SERVER_STANDINS, "aiperf", "python3", "python", "hf", "uv", "git", "nvidia-smi", "curl", "nm", "ldd", "apt-get",
 )  # fmt: skip

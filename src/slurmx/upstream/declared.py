@@ -88,9 +88,14 @@ def load_declared(path: Path) -> list[Declared]:
 
 
 LAYOUT_WHY = (
-    "cluster layout: upstream's launcher stages the weights (and any draft) at its own path ($MODEL_PATH, the "
-    "capture's work dir), slurmx at the cluster profile's model root, and serves the model under its config name"
+    "cluster layout: upstream's weights and draft live where its launcher stages them ($MODEL_PATH) or where the "
+    "script downloads them at each job (a directory of its own); slurmx stages both once under the cluster "
+    "profile's model root"
 )  # fmt: skip
+SERVED_NAME_WHY = (
+    "slurmx serves the model under its config name, the hub id clients send (as InferenceX's b300-nv launcher "
+    "does); this cluster's launcher exports MODEL=$MODEL_PATH, so upstream serves and asks for it by its path"
+)
 _LAYOUT_MARKS = ("$MODEL_PATH", "<work>/")
 
 
@@ -99,9 +104,11 @@ def is_layout(diff: Difference) -> bool:
     same directory under two roots: the launcher's staging tree and the cluster profile's model root)."""
     if diff.item.startswith("download model "):
         return diff.upstream is None or diff.upstream.startswith(_LAYOUT_MARKS) or _same_dir(diff)
+    # both sides name a file: upstream's staged or downloaded copy, slurmx's under the model root
     return (
         diff.upstream is not None
         and diff.slurmx is not None
+        and diff.slurmx.startswith(("/", "$"))
         and (diff.upstream.startswith(_LAYOUT_MARKS) or _same_dir(diff))
     )
 
@@ -159,6 +166,9 @@ def own_choice(diff: Difference) -> str | None:
         diff.upstream or ""
     ):
         return TOKENIZER_WHY
+    served_name = (diff.process, diff.item) in (("engine", "--served-model-name"), ("replay", "--model"))
+    if served_name and diff.upstream == "$MODEL_PATH" and _hub_id(diff.slurmx or ""):
+        return SERVED_NAME_WHY
     if diff.item.startswith("env ") and diff.slurmx is None and _names_port(diff.upstream or ""):
         return PORT_WHY
     if diff.process == "engine" and diff.item.startswith(f"env {REPLAY_ONLY_ENV}") and diff.slurmx is None:
@@ -181,7 +191,7 @@ def _kind(diff: Difference) -> str:
 
 def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] = ()) -> str:
     """A key's declared rows: the reviewed rows a person wrote (kept as they are), then the layout rows."""
-    generated = {LAYOUT_WHY, TOKENIZER_WHY, PORT_WHY, REPLAY_ENV_WHY, *OWN_CHOICES.values()}
+    generated = {LAYOUT_WHY, TOKENIZER_WHY, PORT_WHY, REPLAY_ENV_WHY, SERVED_NAME_WHY, *OWN_CHOICES.values()}
     kept = [
         {"keys": list(r.keys), "processes": list(r.processes), "item": r.item, "upstream": r.upstream,
          "slurmx": r.slurmx, "kind": r.kind, "why": r.why}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from slurmx.flags import Flags, FlagValue
 
@@ -289,8 +288,3 @@ def _derive_env(
         why = "engine env that is neither the same on every point, an arm's own, nor set on concurrency ranges"
         derived.misfits.append(_misfit(f"env {name}", why, points, value))
     return ranges
-
-
-def as_data(value: Any) -> Any:
-    """A derived flag value for YAML (lists and dicts as plain data)."""
-    return value

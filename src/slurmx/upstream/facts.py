@@ -16,18 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmx import engines
 from slurmx.node import provision
 from slurmx.process import Process
 from slurmx.submit.resolved import Resolved
-from slurmx.upstream.capture import Capture, Started
+from slurmx.upstream.capture import SERVERS, Capture, Started
 
 # Upstream program -> slurmx process name.
-PROCESS = {
-    **{p: name for e in engines.REGISTRY.values() for p, name in e.upstream_programs.items()},
-    "lmcache": "lmcache",
-    "aiperf": "replay",
-}
+PROCESS = {**SERVERS, "aiperf": "replay"}
 _NUMBER = re.compile(r"-?\d+(\.\d+)?([eE]-?\d+)?")
 _EXPORT = re.compile(r"export (\w+)=(\S*)$")
 # the torch lib dir the stand-in python3 reports (standin.FAKE_TORCH_LIB)
