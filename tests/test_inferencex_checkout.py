@@ -184,3 +184,17 @@ def test_amd_nodes_record_why_power_is_absent(monkeypatch: pytest.MonkeyPatch, t
     info = json.loads((tmp_path / telemetry.INFO_JSON).read_text())
     assert (info["source"], info["absent_reason"]) == ("none", reason)
     assert not (tmp_path / telemetry.METRICS_CSV).exists()
+
+
+def test_the_checkout_is_mounted_at_workspace_where_a_profile_mounts_none(main_tree: Path) -> None:
+    """As the launchers mount $GITHUB_WORKSPACE at /workspace/ and the scripts replay with its utils/aiperf;
+    a profile naming its own checkout mount keeps it, and without --inferencex nothing is added."""
+    key = "qwen3.5-fp8-mi325x-sglang-agentic-mtp"
+    runtime = load_inputs(None, None, [key], inferencex=main_tree).clusters.profiles["cluster:mi325x-amds"].runtime
+    assert runtime is not None and f"{main_tree.resolve()}:/workspace" in runtime.container_mounts
+    assert runtime.aiperf_source == "/workspace/utils/aiperf"
+    plain = _profile("cluster:mi325x-amds").runtime
+    assert plain is not None and plain.aiperf_source is None
+    assert not any(m.endswith(":/workspace") for m in plain.container_mounts)
+    own = load_inputs(None, None, [key], inferencex=main_tree).clusters.profiles["cluster:b300-nv"].runtime
+    assert own is not None and own.container_mounts == _profile("cluster:b300-nv").runtime.container_mounts  # type: ignore[union-attr]

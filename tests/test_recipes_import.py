@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurmx import paths
 from tests.conftest import FIXTURES
@@ -82,3 +83,17 @@ def test_check_every_imported_key_on_its_fixture_tree(key: str, tmp_path: Path, 
     source = fixtures / IMPORTED[key]  # the fixture: CI fails rather than skips without the trees
     proc = slurmx(["recipes", "check", "--inferencex", str(source), key], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_amd_script_imports_its_sizing_and_replay_flags(tmp_path: Path, fixtures: Path) -> None:
+    # minimaxm3_fp8_mi325x_mtp.sh passes --max-num-seqs "$((2 * CONC))" and appends --apply-chat-template
+    # to benchmark_lib.sh's replay: the recipe sizes by concurrency and carries the replay flag
+    jobs = tmp_path / "jobs"
+    key = "minimaxm3-fp8-mi325x-vllm-agentic-mtp"
+    proc = slurmx(["recipes", "import", "--inferencex", str(fixtures / "repo-main"), key, "--jobs", str(jobs)],
+                  cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recipe = yaml.safe_load((jobs / "minimaxm3_fp8_mi325x_vllm_mtp.yaml").read_text())
+    assert recipe["engine"]["max-num-seqs-per-conc"] == 2
+    assert "--max-num-seqs" not in recipe["engine"]["flags"]
+    assert recipe["replay"]["flags"] == {"--apply-chat-template": True}

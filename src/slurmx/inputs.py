@@ -8,7 +8,7 @@ from pathlib import Path
 from slurmx import paths, runtimes
 from slurmx.config.clusters import ClusterProfile
 from slurmx.config.inferencex import open_checkout
-from slurmx.config.load import Clusters, Masters, load_clusters, load_masters, overlay_figures
+from slurmx.config.load import Clusters, Masters, load_clusters, load_masters, overlay_figures, with_workspace
 from slurmx.errors import UserError
 from slurmx.plan import Point, expand_each
 from slurmx.recipes.load import Recipes, load_recipes
@@ -82,7 +82,7 @@ def load_inputs(
     masters = load_masters(config_files)
     clusters = load_clusters(clusters_file or paths.default_clusters())
     if checkout is not None:
-        clusters = overlay_figures(clusters, load_clusters(checkout.runners))
+        clusters = with_workspace(overlay_figures(clusters, load_clusters(checkout.runners)), checkout.root)
     clusters.errors |= runtimes.kind_errors(clusters.path, clusters.profiles, clusters.lines)
     if all_keys:
         keys = list(masters.sources)

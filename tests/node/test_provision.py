@@ -118,3 +118,12 @@ def test_lmcache_falling_back_to_torch_ops_fails_the_point(tmp_path: Path, monke
     with Supervisor(point.path, f"guard-1-{os.getpid()}") as sup, pytest.raises(PointFailed) as caught:
         start_servers(Member(point, record, StageRecorder(point)), runtime, sup)
     assert str(caught.value) == "LMCache fell back to torch ops (no compiled extension) (lmcache.log:1)"
+
+
+def test_without_a_model_root_the_hub_id_is_fetched_into_the_hub_cache() -> None:
+    # as the scripts do (`hf download "$MODEL"` when the launcher stages no MODEL_PATH): the engine then loads
+    # the hub id from the cache, and a failed download fails provisioning, not the engine's start an hour later
+    steps = {s.item: s for s in provision.plan(_spec(), PyxisRuntime(squash_dir="/sq", image="i"))}
+    fetch = steps["download model tiny"]
+    assert fetch.value == "hf cache"
+    assert fetch.process.argv[-4:] == ["model", "tiny", "-", "1"]  # no local dir; this runtime downloads

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from slurmx.flags import Flags
-from slurmx.upstream.derive import Observed, conc_ranges, derive, hash_seed_problem, parse_flags
+from slurmx.upstream.derive import Observed, conc_ranges, derive, one_hash_seed, parse_flags
 
 SEED = {"PYTHONHASHSEED": "0"}
 
@@ -89,11 +89,23 @@ def test_a_flag_no_rule_fits_is_a_misfit() -> None:
     assert "none-tp4-ep1-c1=1" in got.misfits[0].line()
 
 
-def test_arms_disagreeing_on_the_hash_seed_are_refused() -> None:
-    points = [point("none", env={"PYTHONHASHSEED": "0"}), point("lmcache", env={})]
-    problem = hash_seed_problem(points)
-    assert problem is not None and "PYTHONHASHSEED" in problem and "lmcache: <absent>" in problem
-    assert hash_seed_problem([point("none"), point("lmcache")]) is None
+def test_arms_setting_two_hash_seeds_are_refused() -> None:
+    points = [point("none", env={"PYTHONHASHSEED": "0"}), point("lmcache", env={"PYTHONHASHSEED": "42"})]
+    _, problem = one_hash_seed(points, "0")
+    assert problem is not None and "none: 0" in problem and "lmcache: 42" in problem
+
+
+def test_an_arm_without_a_hash_seed_gets_the_one_its_sibling_arms_set() -> None:
+    points = [point("none", env={}), point("vllm-simple", env={"PYTHONHASHSEED": "42", "A": "1"})]
+    seeded, problem = one_hash_seed(points, "0")
+    assert problem is None
+    assert [p.env for p in seeded] == [{"PYTHONHASHSEED": "42"}, {"PYTHONHASHSEED": "42", "A": "1"}]
+    assert derive(seeded).env_policy == {"PYTHONHASHSEED": "42"}
+
+
+def test_no_arm_setting_a_hash_seed_gets_the_default() -> None:
+    seeded, problem = one_hash_seed([point("none", env={}), point("lmcache", env={})], "7")
+    assert problem is None and {p.env["PYTHONHASHSEED"] for p in seeded} == {"7"}
 
 
 def test_parse_flags_reads_values_bare_flags_and_json() -> None:

@@ -568,3 +568,18 @@ def test_vllm_simple_extra_settings_pass_through_and_cannot_resize(tmp_path: Pat
         tmp_path, data, "arms.vllm-simple.extra-settings", "arms", "vllm-simple", "extra-settings",
         says="set by the backend",
     )  # fmt: skip
+
+
+def test_replay_flags_repeating_what_the_replay_builds_are_refused(tmp_path: Path) -> None:
+    data = bad(replay={"kind": "production", "flags": {"--apply-chat-template": True, "--concurrency": 4}})
+    refused(tmp_path, data, "replay.flags", "replay", "flags", says="--concurrency: the replay builds these itself")
+
+
+def test_replay_flags_a_script_appends_reach_the_replay_argv(seed_points: list[Point], recipes: Recipes) -> None:
+    from slurmx.node.replay import production_argv
+    from slurmx.recipes.model import Replay
+
+    spec = resolve(seed_points[0], recipes)
+    spec = spec.model_copy(update={"replay": Replay(kind="production", flags={"--apply-chat-template": True})})
+    argv = production_argv("aiperf", spec, "http://127.0.0.1:1", Path("/a"), "/m", ["http://127.0.0.1:2/metrics"])
+    assert argv[-3:] == ["--apply-chat-template", "--server-metrics", "http://127.0.0.1:2/metrics"]

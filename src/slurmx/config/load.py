@@ -225,3 +225,21 @@ def overlay_figures(profiles: Clusters, figures: Clusters) -> Clusters:
 def suggest(name: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(name, choices, n=3)
     return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+
+
+WORKSPACE = "/workspace"  # where InferenceX's launchers mount the checkout ($GITHUB_WORKSPACE) in the container
+
+
+def with_workspace(clusters: Clusters, checkout: Path) -> Clusters:
+    """A pyxis profile that mounts no InferenceX checkout gets the user's (--inferencex DIR) at /workspace, as
+    the launchers mount theirs, and replays with its aiperf fork (utils/aiperf) as their scripts do."""
+    for label, profile in clusters.profiles.items():
+        runtime = profile.runtime
+        if runtime is None or runtime.kind != "pyxis" or runtime.aiperf_source:
+            continue
+        if any(m.split(":")[1:2] == [WORKSPACE] for m in runtime.container_mounts):
+            continue
+        mounts = [*runtime.container_mounts, f"{checkout.resolve()}:{WORKSPACE}"]
+        update = {"container_mounts": mounts, "aiperf_source": f"{WORKSPACE}/utils/aiperf"}
+        clusters.profiles[label] = profile.model_copy(update={"runtime": runtime.model_copy(update=update)})
+    return clusters

@@ -69,7 +69,7 @@ _FETCH = (
     "kind, repo, where, may_download = sys.argv[1:5]\n"
     "if kind == 'model' and os.path.isdir(where) and os.listdir(where):\n"
     "    print(f'{repo}: present at {where}'); sys.exit(0)\n"
-    "if may_download != '1' and kind == 'model':\n"
+    "if may_download != '1' and kind == 'model' and where != '-':\n"
     "    sys.exit(f'model {repo} is not at {where} (this runtime does not download)')\n"
     "from huggingface_hub import snapshot_download\n"
     "local = None if where == '-' else where\n"
@@ -141,11 +141,10 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
     fetch_timeout = DOWNLOAD_TIMEOUT_S if runtime.downloads else CHECK_TIMEOUT_S
     models = [spec.model, *([spec.draft_model] if spec.draft_model else [])]
     for model in models:
-        if runtime.model_root is None:
-            continue  # the engine loads a hub id itself
-        where = runtime.model_path(model)
-        steps.append(_step(runtime, f"download model {model}", where, [py, "-c", _FETCH, "model", model, where, may],
-                           fetch_timeout))  # fmt: skip
+        # no model root: the engine loads the hub id from the hub cache, fetched here first (as the scripts do)
+        where = runtime.model_path(model) if runtime.model_root is not None else "-"
+        steps.append(_step(runtime, f"download model {model}", "hf cache" if where == "-" else where,
+                           [py, "-c", _FETCH, "model", model, where, may], fetch_timeout))  # fmt: skip
     if spec.replay.kind == "production":
         dataset = DATASETS.get(spec.replay.public_dataset)
         if dataset:

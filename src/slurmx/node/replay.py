@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slurmx.flags import render_flags
 from slurmx.recipes.spec import ServingSpec
 
 
@@ -46,6 +47,7 @@ def production_argv(
         argv += ["--agentic-cache-warmup-duration", str(replay.cache_warmup_duration_s)]
     if replay.trace_idle_gap_cap_s is not None:
         argv += ["--trace-idle-gap-cap-seconds", str(replay.trace_idle_gap_cap_s)]
+    argv += render_flags(replay.flags)
     # aiperf scrapes the engine's /metrics by itself; other servers' metrics are added by URL.
     if extra_metrics_urls:
         argv += ["--server-metrics", *extra_metrics_urls]

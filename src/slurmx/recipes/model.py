@@ -91,6 +91,18 @@ class Engine(_Model):
         )
 
 
+# what the production replay builds itself (node/replay.py production_argv): not for a recipe's replay.flags
+REPLAY_BUILT_FLAGS = frozenset({
+    "--scenario", "--url", "--endpoint", "--endpoint-type", "--streaming", "--model", "--tokenizer",
+    "--tokenizer-trust-remote-code", "--concurrency", "--benchmark-duration", "--random-seed",
+    "--failed-request-threshold", "--trajectory-start-min-ratio", "--trajectory-start-max-ratio",
+    "--warmup-grace-period", "--use-server-token-count", "--no-gpu-telemetry", "--num-dataset-entries",
+    "--slice-duration", "--public-dataset", "--ui-type", "--output-artifact-dir", "--stats-interval",
+    "--warmup-requests-per-lane", "--agentic-cache-warmup-duration", "--trace-idle-gap-cap-seconds",
+    "--server-metrics",
+})  # fmt: skip
+
+
 class Replay(_Model):
     """How the agentic trace is replayed: InferenceX's production scenario, or a local synthetic trace."""
 
@@ -107,6 +119,8 @@ class Replay(_Model):
     env: dict[str, str] = Field(default_factory=lambda: dict(REPLAY_ENV))
     failed_request_threshold: float = Field(default=0.10, ge=0, le=1)
     random_seed: int = 42
+    # production: aiperf flags a script appends to benchmark_lib.sh's command (e.g. --apply-chat-template)
+    flags: Flags = Field(default_factory=dict)
     # synthetic
     sessions_per_conc: PositiveInt = 2
     turns: PositiveInt = 3
@@ -115,6 +129,14 @@ class Replay(_Model):
     shared_prefix_tokens: int = Field(default=512, ge=0)
     output_tokens: PositiveInt = 16
     block_tokens: PositiveInt = 128
+
+    @field_validator("flags")
+    @classmethod
+    def _not_built(cls, flags: Flags) -> Flags:
+        built = sorted(set(flags) & REPLAY_BUILT_FLAGS)
+        if built:
+            raise ValueError(f"{', '.join(built)}: the replay builds these itself (typed replay fields)")
+        return flags
 
 
 class RouterRecipe(_Model):

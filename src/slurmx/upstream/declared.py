@@ -15,7 +15,7 @@ from slurmx.upstream.capture import PORT
 from slurmx.upstream.facts import Difference, number
 
 KINDS = {"review-bug-fixed", "run-time-port", "deliberate", "cluster-layout", "open"}
-FIELDS = {"keys", "processes", "item", "upstream", "slurmx", "kind", "why"}
+FIELDS = {"keys", "processes", "item", "upstream", "slurmx", "kind", "why", "generated"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Declared:
     kind: str
     why: str
     where: str = ""  # file:line, to name a stale row
+    generated: bool = False  # written by `recipes import` (rewritten by the next import), not by a person
 
     def covers(self, key: str, diff: Difference) -> bool:
         return (
@@ -68,6 +69,8 @@ def load_declared(path: Path) -> list[Declared]:
             raise ConfigError(
                 path, index.line_of(data, ("differences", n, "kind")), "kind", f"{row['kind']!r} not in {sorted(KINDS)}"
             )
+        if not isinstance(row.get("generated", False), bool):
+            raise ConfigError(path, index.line_of(data, ("differences", n, "generated")), "generated", "true or false")
         if not row["why"]:
             raise ConfigError(
                 path, index.line_of(data, ("differences", n, "why")), "why", "every declared difference says why"
@@ -82,6 +85,7 @@ def load_declared(path: Path) -> list[Declared]:
                 kind=row["kind"],
                 why=row["why"],
                 where=f"{path}:{line}",
+                generated=row.get("generated") is True,
             )
         )
     return out
@@ -134,10 +138,6 @@ OWN_CHOICES: dict[tuple[str, str, str | None, str | None], str] = {
     ("*", "env PYTHONUNBUFFERED", None, "1"): (
         "slurmx starts every process unbuffered (process.COMMON_ENV) so its log is whole when the point ends"
     ),
-    ("engine", "env PYTHONHASHSEED", None, DEFAULT_HASH_SEED): (
-        "the script fixes no hash seed; slurmx's recipes hash prefixes with one fixed seed in every arm "
-        "(seed 000's review: arms with different seeds build different prefix-cache keys)"
-    ),
     ("replay", "env GPU_METRICS_CSV", "$RESULT_DIR/gpu_metrics.csv", None): (
         "InferenceX's GPU power monitor writes beside the result; slurmx samples the GPUs with its own sampler "
         "(node/telemetry.py) into the point's telemetry/"
@@ -145,6 +145,16 @@ OWN_CHOICES: dict[tuple[str, str, str | None, str | None], str] = {
 }
 
 
+HASH_SEED_WHY = (
+    "this arm of the script fixes no hash seed; slurmx's recipes hash prefixes with one fixed seed in every arm, "
+    "the one the script's other arms set (0 where none does) (seed 000's review: arms with different seeds build "
+    "different prefix-cache keys)"
+)
+ENGINE_METRICS_WHY = (
+    "the script names the engine's own /metrics to aiperf (AIPERF_SERVER_METRICS_URLS); aiperf scrapes the "
+    "serving endpoint's /metrics by itself and drops the duplicate (benchmark_lib.sh build_replay_cmd), so "
+    "slurmx names only other servers' endpoints"
+)
 REPLAY_ONLY_ENV = "AIPERF_"  # aiperf's own settings: the replay's env, whatever else inherits them upstream
 REPLAY_ENV_WHY = (
     "aiperf's own setting, which the script exports to its whole shell so the engine inherits it too; slurmx "
@@ -169,6 +179,17 @@ def own_choice(diff: Difference) -> str | None:
     served_name = (diff.process, diff.item) in (("engine", "--served-model-name"), ("replay", "--model"))
     if served_name and diff.upstream == "$MODEL_PATH" and _hub_id(diff.slurmx or ""):
         return SERVED_NAME_WHY
+    if (diff.process, diff.item, diff.upstream) == ("engine", "env PYTHONHASHSEED", None) and (
+        diff.slurmx or ""
+    ).isdigit():
+        return HASH_SEED_WHY
+    engine_metrics = {f"http://{host}:{PORT}/metrics" for host in ("localhost", "127.0.0.1", "0.0.0.0")}
+    if (diff.process, diff.item, diff.slurmx) == (
+        "replay",
+        "--server-metrics",
+        None,
+    ) and diff.upstream in engine_metrics:
+        return ENGINE_METRICS_WHY
     if diff.item.startswith("env ") and diff.slurmx is None and _names_port(diff.upstream or ""):
         return PORT_WHY
     if diff.process == "engine" and diff.item.startswith(f"env {REPLAY_ONLY_ENV}") and diff.slurmx is None:
@@ -190,16 +211,15 @@ def _kind(diff: Difference) -> str:
 
 
 def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] = ()) -> str:
-    """A key's declared rows: the reviewed rows a person wrote (kept as they are), then the layout rows."""
-    generated = {LAYOUT_WHY, TOKENIZER_WHY, PORT_WHY, REPLAY_ENV_WHY, SERVED_NAME_WHY, *OWN_CHOICES.values()}
+    """A key's declared rows: the reviewed rows a person wrote (kept as they are), then the generated ones."""
     kept = [
         {"keys": list(r.keys), "processes": list(r.processes), "item": r.item, "upstream": r.upstream,
          "slurmx": r.slurmx, "kind": r.kind, "why": r.why}
-        for r in reviewed if r.why not in generated
+        for r in reviewed if not r.generated
     ]  # fmt: skip
     rows = kept + [
         {"keys": [key], "processes": [d.process], "item": d.item, "upstream": d.upstream, "slurmx": d.slurmx,
-         "kind": _kind(d), "why": own_choice(d) or LAYOUT_WHY}
+         "kind": _kind(d), "why": own_choice(d) or LAYOUT_WHY, "generated": True}
         for d in diffs
     ]  # fmt: skip
     head = (

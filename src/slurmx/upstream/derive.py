@@ -128,14 +128,21 @@ def _one(values: Sequence[object]) -> bool:
     return len({_key(v) for v in values}) == 1
 
 
-def hash_seed_problem(points: Sequence[Observed]) -> str | None:
-    """Seed 000's bug: arms hashing prefixes differently. The recipe loader refuses it, so import does too."""
-    seeds = {p.arm: p.env.get("PYTHONHASHSEED", ABSENT) for p in points}
-    by_arm = {arm: {p.env.get("PYTHONHASHSEED", ABSENT) for p in points if p.arm == arm} for arm in seeds}
-    if len({s for values in by_arm.values() for s in values}) > 1:
-        shown = ", ".join(f"{arm}: {'/'.join(sorted(v))}" for arm, v in sorted(by_arm.items()))
-        return f"arms disagree on PYTHONHASHSEED ({shown}): one hash seed for every arm, or prefix-cache keys differ"
-    return None
+def one_hash_seed(points: Sequence[Observed], default: str) -> tuple[list[Observed], str | None]:
+    """Seed 000's bug made impossible: every point gets the one seed the script's arms set (`default` where none
+    sets one), and an arm that sets none is given it (check names that difference). Two seeds: a refusal."""
+    arms = dict.fromkeys(p.arm for p in points)
+    by_arm = {arm: sorted({p.env.get("PYTHONHASHSEED", ABSENT) for p in points if p.arm == arm}) for arm in arms}
+    fixed = {seed for seeds in by_arm.values() for seed in seeds if seed != ABSENT}
+    if len(fixed) > 1:
+        shown = ", ".join(f"{arm}: {'/'.join(seeds)}" for arm, seeds in sorted(by_arm.items()))
+        why = "one hash seed for every arm, or prefix-cache keys differ"
+        return list(points), f"arms disagree on PYTHONHASHSEED ({shown}): {why}"
+    seed = fixed.pop() if fixed else default
+    seeded = [Observed(p.name, p.arm, p.tp, p.ep, p.dp_attn, p.conc, p.flags,
+                       p.env if "PYTHONHASHSEED" in p.env else {"PYTHONHASHSEED": seed, **p.env})
+              for p in points]  # fmt: skip
+    return seeded, None
 
 
 def _sizing(points: Sequence[Observed], derived: Derived) -> list[Observed]:

@@ -8,6 +8,7 @@ the recipe file with a header naming the upstream script, its digest, the tree's
 from __future__ import annotations
 
 import datetime
+import json
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ import yaml
 from slurmx import backends, engines
 from slurmx.flags import Flags
 from slurmx.plan import Point
+from slurmx.recipes.model import REPLAY_BUILT_FLAGS
 from slurmx.store.atomic import write_text
 from slurmx.upstream.capture import PORT, Capture, Upstream, capture
 from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV
-from slurmx.upstream.derive import SPECULATIVE, Derived, Observed, derive, hash_seed_problem, parse_flags
+from slurmx.upstream.derive import MAX_NUM_SEQS, SPECULATIVE, Derived, Observed, derive, one_hash_seed, parse_flags
 from slurmx.upstream.facts import capture_paths, provision_facts
 from slurmx.upstream.inferencex import content_digest, git_commit
 
@@ -76,7 +78,8 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
         for name, value in flags.items():
             if name in engine.computed_flags and isinstance(value, dict) and "kv_connector" in value:
                 connectors.setdefault(arm_of(c.point), []).append(value)  # type: ignore[arg-type]  # JSON object
-        flags = {n: v for n, v in flags.items() if n not in engine.computed_flags}
+        # --max-num-seqs stays: derive recognises k x conc (max-num-seqs-per-conc) or keeps the fixed value
+        flags = {n: v for n, v in flags.items() if n not in engine.computed_flags - {MAX_NUM_SEQS}}
         speculative = flags.get(SPECULATIVE)
         if isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
             path = str(speculative["model"])
@@ -192,6 +195,21 @@ def replay_env(captured: Sequence[Captured]) -> tuple[dict[str, str], dict[str, 
     return common, per_arm
 
 
+def replay_flags(captured: Sequence[Captured]) -> Flags:
+    """The aiperf flags a script appends beyond what slurmx's production replay builds (REPLAY_BUILT_FLAGS):
+    one value on every point, or the import is refused (the recipe's replay.flags hold one value)."""
+    seen: list[Flags] = []
+    for c in captured:
+        replay = [s for s in c.capture.started if s.name == "aiperf" and "profile" in s.argv[:1]]
+        _, flags = parse_flags(replay[-1].argv[1:]) if replay else ([], {})
+        seen.append({n: v for n, v in flags.items() if n not in REPLAY_BUILT_FLAGS})
+    names = dict.fromkeys(n for flags in seen for n in flags)
+    differ = [n for n in names if len({json.dumps(f.get(n), sort_keys=True) for f in seen}) > 1]
+    if differ:
+        raise ImportRefused(f"replay flags differ between points: {', '.join(differ)} (replay.flags hold one value)")
+    return {n: seen[0][n] for n in names}
+
+
 def _alike(envs: list[dict[str, str]]) -> dict[str, str]:
     return dict(sorted((k, v) for k, v in envs[0].items() if all(e.get(k) == v for e in envs)))
 
@@ -203,16 +221,16 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
     if failed:
         raise ImportRefused("; ".join(failed[:3]) + (f" (+{len(failed) - 3} more)" if len(failed) > 3 else ""))
     observed, connectors, draft = observe(captured)
-    problem = hash_seed_problem(observed)
+    observed, problem = one_hash_seed(observed, DEFAULT_HASH_SEED)
     if problem:
         raise ImportRefused(problem)
     derived = derive(observed)
     if derived.misfits:
         raise ImportRefused("; ".join(m.line() for m in derived.misfits))
-    if "PYTHONHASHSEED" not in derived.env_policy:
-        # no arm sets one (each process hashes at random); the loader asks for one fixed seed: check names it
-        derived.env_policy = {"PYTHONHASHSEED": DEFAULT_HASH_SEED, **derived.env_policy}
     data = recipe_data(key, captured, derived, draft, connectors)
+    flags = replay_flags(captured)
+    if flags:
+        data["replay"]["flags"] = flags
     env, per_arm = replay_env(captured)
     if env:
         data["replay"]["env"] = env
