@@ -22,7 +22,11 @@ NEEDED = (
     Path("runners/launch_b200-dgxc.sh"), Path("benchmarks/benchmark_lib.sh"), SCRIPT,
 )  # fmt: skip
 # every key imported into jobs/ and the fixture tree it came from (CI runs check over each)
-IMPORTED = {KEY: "repo-main", "minimaxm3-fp4-b300-vllm-agentic-mtp": "repo-main"}
+IMPORTED = {
+    KEY: "repo-main",
+    "minimaxm3-fp4-b300-vllm-agentic-mtp": "repo-main",
+    "dsv4-fp4-b200-vllm-agentic-mtp": "repo-main",
+}
 
 pytestmark = pytest.mark.slow
 

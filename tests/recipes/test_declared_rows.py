@@ -13,10 +13,15 @@ from slurmx.upstream.declared import (
     ENGINE_METRICS_WHY,
     HASH_SEED_WHY,
     LAYOUT_WHY,
+    LOOPBACK_URL_WHY,
+    METRICS_URLS_WHY,
+    PARALLEL_DEFAULT_WHY,
+    ROUTER_ENV_WHY,
+    VERSION_WHY,
     load_declared,
     own_choice,
     render_rows,
-)  # fmt: skip
+)
 from slurmx.upstream.facts import Difference
 
 SEEDED = Difference("engine", "env PYTHONHASHSEED", None, "42")
@@ -60,3 +65,34 @@ def test_generated_is_true_or_false(tmp_path: Path) -> None:
     table.write_text(REVIEWED + "  generated: yes please\n")
     with pytest.raises(ConfigError, match="generated"):
         load_declared(table)
+
+
+@pytest.mark.parametrize(
+    ("diff", "why"),
+    [
+        (Difference("router", "env VLLM_RPC_TIMEOUT", "600000", None), ROUTER_ENV_WHY),
+        (Difference("router", "--worker-urls", "http://localhost:8889", "http://127.0.0.1:8889"), LOOPBACK_URL_WHY),
+        (Difference("replay", "--server-metrics", "http://localhost:8889/metrics", "http://127.0.0.1:8889/metrics"),
+         LOOPBACK_URL_WHY),
+        (Difference("replay", "env AIPERF_SERVER_METRICS_URLS", "http://localhost:8889/metrics", None), METRICS_URLS_WHY),
+        (Difference("provision", "version vllm-router", None, "0.1.14"), VERSION_WHY),
+        (Difference("engine", "--data-parallel-size", "1", None), PARALLEL_DEFAULT_WHY),
+        (Difference("router", "--host", "0.0.0.0", "127.0.0.1"), own_choice(Difference("engine", "--host", "0.0.0.0", "127.0.0.1"))),
+    ],
+)  # fmt: skip
+def test_slurmxs_constant_choices_are_recognised(diff: Difference, why: str) -> None:
+    assert why is not None and own_choice(diff) == why
+
+
+@pytest.mark.parametrize(
+    "diff",
+    [
+        Difference("router", "env RUST_LOG", "debug", None),  # the router reads it
+        Difference("router", "env X", "1", "2"),  # slurmx sets another value: not inheritance
+        Difference("router", "--worker-urls", "http://localhost:8889", "http://127.0.0.1:9999"),
+        Difference("engine", "--data-parallel-size", "2", None),
+        Difference("replay", "env AIPERF_SERVER_METRICS_URLS", "http://lmcache:9000/metrics", None),
+    ],
+)  # fmt: skip
+def test_differences_that_are_no_constant_choice_are_left_for_review(diff: Difference) -> None:
+    assert own_choice(diff) is None

@@ -123,6 +123,8 @@ def replay_process(
     extra = spec.implementation.backend.metrics_urls(spec.backend, ports)
     if spec.router is not None:
         env |= spec.router.replay_env
+        # aiperf scrapes the URL it sends to, the router, whose /metrics has none of the engine's: name the engine
+        extra = [f"{engine_direct_url(spec, ports)}{spec.implementation.engine.metrics_path}", *extra]
     if spec.replay.kind == "production":
         env |= spec.replay.env
         argv = production_argv(runtime.aiperf_bin, spec, url, artifact_dir, runtime.model_path(spec.model), extra)

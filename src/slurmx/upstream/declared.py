@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +132,7 @@ def _hub_id(value: str) -> bool:
 DEFAULT_HASH_SEED = "0"  # the importer's where upstream sets none on any arm (declared below, for review)
 # slurmx's own choices, the same for every imported key: (process or "*", item, upstream, slurmx) -> why
 OWN_CHOICES: dict[tuple[str, str, str | None, str | None], str] = {
-    ("engine", "--host", "0.0.0.0", "127.0.0.1"): (
+    ("*", "--host", "0.0.0.0", "127.0.0.1"): (
         "loopback: nothing off the node talks to the engine (the replay and the metric scrapes run on it), so "
         "slurmx does not expose an unauthenticated OpenAI-compatible endpoint on every interface"
     ),
@@ -149,6 +150,25 @@ HASH_SEED_WHY = (
     "this arm of the script fixes no hash seed; slurmx's recipes hash prefixes with one fixed seed in every arm, "
     "the one the script's other arms set (0 where none does) (seed 000's review: arms with different seeds build "
     "different prefix-cache keys)"
+)
+ROUTER_ENV_WHY = (
+    "a setting the script exports to its whole shell, which the router (a Rust binary: it reads none of the "
+    "engine's, torch's or aiperf's variables) inherits unread; slurmx gives each process only its own env"
+)
+LOOPBACK_URL_WHY = (
+    "the servers bind 127.0.0.1 only (see --host), so slurmx names that address; `localhost` can resolve to ::1 "
+    "first, where nothing listens"
+)
+LOCAL_URL = re.compile(r"http://(localhost|127\.0\.0\.1):\d+/metrics(,http://(localhost|127\.0\.0\.1):\d+/metrics)*$")
+METRICS_URLS_WHY = (
+    "benchmark_lib.sh's build_replay_cmd turns this variable into aiperf's --server-metrics flag; slurmx passes "
+    "the flag itself (compared as replay --server-metrics)"
+)
+PARALLEL_DEFAULTS = ("--data-parallel-size", "--pipeline-parallel-size", "--decode-context-parallel-size")
+PARALLEL_DEFAULT_WHY = "1 is the engine's default for this parallelism: slurmx passes the flag only above 1"
+VERSION_WHY = (
+    "slurmx reads the installed version back and records it; a mismatch with the pin fails the point at "
+    "provisioning. Upstream installs with pip and does not check what landed"
 )
 ENGINE_METRICS_WHY = (
     "the script names the engine's own /metrics to aiperf (AIPERF_SERVER_METRICS_URLS); aiperf scrapes the "
@@ -179,6 +199,19 @@ def own_choice(diff: Difference) -> str | None:
     served_name = (diff.process, diff.item) in (("engine", "--served-model-name"), ("replay", "--model"))
     if served_name and diff.upstream == "$MODEL_PATH" and _hub_id(diff.slurmx or ""):
         return SERVED_NAME_WHY
+    inherited = diff.process == "router" and diff.item.startswith("env ") and not diff.item.startswith("env RUST_")
+    if inherited and diff.slurmx is None:
+        return ROUTER_ENV_WHY
+    local = re.fullmatch(r"http://localhost(:\d+.*)", diff.upstream or "")
+    if local and diff.slurmx == f"http://127.0.0.1{local[1]}":
+        return LOOPBACK_URL_WHY
+    if (diff.process, diff.item, diff.slurmx) == ("replay", "env AIPERF_SERVER_METRICS_URLS", None):
+        return METRICS_URLS_WHY if LOCAL_URL.match(diff.upstream or "") else None
+    default = diff.item in PARALLEL_DEFAULTS and (diff.upstream, diff.slurmx) == ("1", None)
+    if diff.process == "engine" and default:
+        return PARALLEL_DEFAULT_WHY
+    if diff.process == "provision" and diff.item.startswith("version ") and diff.upstream is None and diff.slurmx:
+        return VERSION_WHY
     if (diff.process, diff.item, diff.upstream) == ("engine", "env PYTHONHASHSEED", None) and (
         diff.slurmx or ""
     ).isdigit():

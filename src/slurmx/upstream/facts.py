@@ -9,6 +9,7 @@ flag order does not matter to vLLM, LMCache or aiperf and is not compared.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -53,6 +54,9 @@ def _leaves(prefix: str, value: Any) -> dict[str, str]:
     return {prefix: json.dumps(value, separators=(",", ":"))}
 
 
+MULTI_VALUE_FLAGS = frozenset({"--server-metrics"})  # aiperf's: one flag, several URLs
+
+
 def argv_facts(process: str, argv: list[str], paths: Mapping[str, str]) -> Facts:
     """Flags as facts ('' for a bare flag); positionals by index; JSON values leaf by leaf."""
     facts: Facts = {}
@@ -62,7 +66,10 @@ def argv_facts(process: str, argv: list[str], paths: Mapping[str, str]) -> Facts
         token = argv[i]
         if token.startswith("--"):
             name, eq, value = token.partition("=")
-            if not eq:
+            if not eq and name in MULTI_VALUE_FLAGS:  # every value up to the next flag, as one fact
+                values = list(itertools.takewhile(lambda a: not a.startswith("--"), argv[i + 1 :]))
+                value, i = " ".join(values), i + len(values)
+            elif not eq:
                 has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
                 value = argv[i + 1] if has_value else ""
                 i += 1 if has_value else 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +51,61 @@ def _engine_started(c: Captured) -> tuple[str, list[str], dict[str, str]] | None
         if programs.get(s.name) == "engine":
             return s.name, s.argv, s.env_delta(c.capture.base_env)
     return None
+
+
+LOCAL_URL = re.compile(r"(localhost|127\.0\.0\.1|0\.0\.0\.0):\d+")  # a port on the node: slurmx picks its own
+# router flags slurmx sets itself (node/launch.py, recipes/resolve.py): its address, the engine behind it, the
+# metrics address (metrics-port), the DP ranks it expands the engine into
+ROUTER_COMPUTED = frozenset({
+    "--host", "--port", "--worker-urls", "--prometheus-host", "--prometheus-port", "--intra-node-data-parallel-size",
+})  # fmt: skip
+
+
+def router_data(captured: Sequence[Captured]) -> dict[str, Any] | None:
+    """The recipe's router from the points whose script started one: its flags (one value on every such
+    point), the pin the script installs, whether it fronts exactly the DP-attention points, and the aiperf env
+    only its points' replays get."""
+    routed: list[tuple[Captured, list[str]]] = []
+    for c in captured:
+        roles = engines.get(c.point.framework).upstream_programs
+        started = [s for s in c.capture.started if roles.get(s.name) == "router"]
+        if started:
+            routed.append((c, [started[-1].name, *started[-1].argv]))
+    if not routed:
+        return None
+    programs = {argv[0] for _, argv in routed}
+    parsed = [parse_flags(argv[1:])[1] for _, argv in routed]
+    flags = [{n: v for n, v in f.items() if n not in ROUTER_COMPUTED} for f in parsed]
+    if len(programs) > 1 or any(f != flags[0] for f in flags):
+        raise ImportRefused("the router's program or flags differ between the points that start it")
+    program = programs.pop()
+    names = {c.point.router.name for c, _ in routed if c.point.router is not None}
+    data: dict[str, Any] = {"name": names.pop() if len(names) == 1 else program}
+    pins = {v.split()[0].partition("==")[2] for c, _ in routed
+            for (_, item), v in provision_facts(c.capture.started, {}).items() if item == f"pip install {program}"}  # fmt: skip
+    if len(pins) == 1 and (pin := pins.pop()):
+        data["version"] = pin
+    data["launcher"] = [program]
+    with_router = {c.point.exp_name for c, _ in routed}
+    if with_router == {c.point.exp_name for c in captured if c.point.dp_attn}:
+        data["dp-attn"] = True
+    if all("--prometheus-port" in f for f in parsed):
+        data["metrics-port"] = True
+    replays = {c.point.exp_name: _replay_delta(c) for c in captured}
+    ours = _alike([replays[name] for name in with_router])
+    others = [replays[c.point.exp_name] for c in captured if c.point.exp_name not in with_router]
+    env = {k: v for k, v in ours.items()
+           if k.startswith(REPLAY_ONLY_ENV) and not LOCAL_URL.search(v) and all(e.get(k) != v for e in others)}  # fmt: skip
+    if env:
+        data["replay-env"] = env
+    if flags[0]:
+        data["flags"] = _flag_data(flags[0])
+    return data
+
+
+def _replay_delta(c: Captured) -> dict[str, str]:
+    replay = [s for s in c.capture.started if s.name == "aiperf" and "profile" in s.argv[:1]]
+    return replay[-1].env_delta(c.capture.base_env) if replay else {}
 
 
 def arm_of(point: Point) -> str:
@@ -182,9 +238,8 @@ def replay_env(captured: Sequence[Captured]) -> tuple[dict[str, str], dict[str, 
     it on the node) or a per-run path (the capture's result or work dir: slurmx's replay has its own)."""
     envs: list[tuple[str, dict[str, str]]] = []
     for c in captured:
-        replay = [s for s in c.capture.started if s.name == "aiperf" and "profile" in s.argv[:1]]
-        delta = replay[-1].env_delta(c.capture.base_env) if replay else {}
-        kept = {k: v for k, v in delta.items() if f":{PORT}" not in v and _placeholders(v, c) == v}
+        delta = _replay_delta(c)
+        kept = {k: v for k, v in delta.items() if not LOCAL_URL.search(v) and _placeholders(v, c) == v}
         envs.append((arm_of(c.point), kept))
     common = _alike([env for _, env in envs])
     per_arm = {}
@@ -231,7 +286,14 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
     flags = replay_flags(captured)
     if flags:
         data["replay"]["flags"] = flags
+    router = router_data(captured)
     env, per_arm = replay_env(captured)
+    if router is not None:
+        data["router"] = router
+        own = set(router.get("replay-env", {}))  # the router's replay env is its own, never the arms'
+        env = {k: v for k, v in env.items() if k not in own}
+        per_arm = {a: {k: v for k, v in e.items() if k not in own} for a, e in per_arm.items()}
+        per_arm = {a: e for a, e in per_arm.items() if e}
     if env:
         data["replay"]["env"] = env
     for arm, extra in per_arm.items():
