@@ -95,6 +95,8 @@ def test_result_json_carries_inferencex_power_fields(tmp_path: Path) -> None:
     dumped = result.dump()
     theirs = inferencex_fields(tdir / energy.METRICS_CSV, window, tmp_path)
     assert {k: dumped[k] for k in POWER_FIELDS} == theirs  # same names, same values, as InferenceX writes
+    # and in the InferenceX object: its power step writes them after the aggregate's five-decimal rounding
+    assert {k: result.inferencex()[k] for k in POWER_FIELDS} == theirs
     assert dumped["power_valid"] == 1
     assert 600 < dumped["avg_power_w"] < 700  # the H200's matmul load
     assert result.slurmx is not None and result.slurmx.energy is not None

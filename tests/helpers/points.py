@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurmx.config.master import KvOffloadBackend
+from slurmx.config.master import KvOffloadBackend, Router, WorkerSpec
 from slurmx.plan import Point
 
 
 def point_from_row(row: dict[str, Any], config_key: str = "test-key") -> Point:
-    """A single-node agentic point with the row's fields (exp-name and point-id taken as given)."""
-    backend = row.get("kv-offload-backend")
+    """An agentic point with the row's fields (exp-name and point-id taken as given): multinode when the row
+    has prefill and decode workers, single-node otherwise."""
+    backend, router = row.get("kv-offload-backend"), row.get("router")
+    prefill, decode = row.get("prefill"), row.get("decode")
     return Point(
         config_key=row.get("config-key", config_key),
         scenario=row.get("scenario-type", "agentic-coding"),
@@ -20,7 +22,7 @@ def point_from_row(row: dict[str, Any], config_key: str = "test-key") -> Point:
         precision=row["precision"],
         framework=row["framework"],
         runner=row["runner"],
-        multinode=False,
+        multinode=prefill is not None,
         disagg=bool(row.get("disagg", False)),
         spec_decoding=row.get("spec-decoding", "none"),
         conc=row["conc"],
@@ -30,8 +32,12 @@ def point_from_row(row: dict[str, Any], config_key: str = "test-key") -> Point:
         pcp_size=row.get("pcp-size", 1),
         ep=row.get("ep", 1),
         dp_attn=bool(row.get("dp-attn", False)),
+        prefill=WorkerSpec.model_validate(prefill) if prefill else None,
+        decode=WorkerSpec.model_validate(decode) if decode else None,
         kv_offloading=row.get("kv-offloading", "none"),
         kv_offload_backend=KvOffloadBackend(**backend) if backend else None,
+        router=Router(**router) if router else None,
+        kv_p2p_transfer=row.get("kv-p2p-transfer"),
         total_cpu_dram_gb=row.get("total-cpu-dram-gb", 0),
         duration_s=row.get("duration"),
         exp_name=row.get("exp-name", ""),

@@ -236,7 +236,8 @@ def _multinode_gpus(point: Point) -> int:
 
 
 def _set_worker_shape(result: Result, point: Point) -> None:
-    """InferenceX's multinode fields: each side's workers and parallelism, and the GPUs of each side."""
+    """InferenceX's multinode fields: each side's workers and parallelism, the GPUs of each side, and each
+    side's hardware when the workers name it."""
     assert point.prefill is not None and point.decode is not None
     for side, worker in (("prefill", point.prefill), ("decode", point.decode)):
         setattr(result, f"{side}_num_workers", worker.num_worker)
@@ -245,6 +246,8 @@ def _set_worker_shape(result: Result, point: Point) -> None:
         setattr(result, f"{side}_dp_attention", "true" if worker.dp_attn else "false")
         setattr(result, f"num_{side}_gpu", _worker_gpus(worker))
     result.tp, result.ep = point.prefill.tp, point.prefill.ep
+    if point.prefill.hardware:  # heterogeneous workers: both sides name theirs (config/master.py checks the pair)
+        result.prefill_hw, result.decode_hw = point.prefill.hardware, point.decode.hardware
 
 
 def point_energy(

@@ -41,7 +41,10 @@ infx/results/agentic/). Facts taken from there:
 - The files are named RESULT_FILENAME.json per point and concatenated into `agg_<exp>.json`
   (a JSON list) by utils/collect_results.py.
 
-Everything slurmx adds lives under `slurmx`, so an InferenceX reader sees only its own fields.
+Everything slurmx adds lives under `slurmx`, so an InferenceX reader sees only its own fields. A statistic,
+per-GPU figure or component version slurmx has no value for is absent, as InferenceX leaves it out; result.json
+keeps figures whole, and the InferenceX object (Result.inferencex(), agg_<key>.json) rounds them as InferenceX
+writes them (five decimals).
 
 - Power (utils/aggregate_power.py, power_metric_schema_version 2): power_metric_schema_version,
   power_valid (1/0) and, only when valid, avg_power_w, avg_total_gpu_power_w, total_gpu_energy_j,
@@ -53,9 +56,10 @@ Fields newer than this schema are accepted and kept on round trips; known fields
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from slurmx.plan import server_gpus
 
@@ -70,7 +74,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class Stats(_Strict):
+class _Sparse(_Strict):
+    """An object InferenceX writes with only the figures it has: a field left unset is absent, not null."""
+
+    @model_serializer(mode="wrap")
+    def _present(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+class Stats(_Sparse):
     """Six statistics of one per-request quantity; all absent ({}) when there were no samples."""
 
     mean: float | None = None
@@ -107,13 +119,13 @@ class Rate(_Strict):
     tokens_per_second: float
 
 
-class PerGpu(_Strict):
+class PerGpu(_Sparse):
     total_tput_tps: float | None = None
     output_tput_tps: float | None = None
     input_tput_tps: float | None = None
 
 
-class Throughput(_Strict):
+class Throughput(_Sparse):
     input: Rate | None = None
     output: Rate | None = None
     total: Rate | None = None
@@ -126,7 +138,7 @@ class RequestCache(_Strict):
     theoretical_cache_hit_rate: float | None = None
 
 
-class RequestMetrics(_Strict):
+class RequestMetrics(_Sparse):
     qps: QpsStats = Field(default_factory=QpsStats)
     latency: Latency = Field(default_factory=Latency)
     tokens: TokenStats = Field(default_factory=TokenStats)
@@ -203,8 +215,9 @@ class ServerMetrics(_Strict):
     sources: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class ComponentMeta(_Strict):
-    """InferenceX's {name, version} metadata of a router or KV-offload backend (version optional for the latter)."""
+class ComponentMeta(_Sparse):
+    """InferenceX's {name, version} metadata of a router or KV-offload backend (version optional for the latter:
+    absent when unknown, as InferenceX writes it)."""
 
     name: str
     version: str | None = None
@@ -438,10 +451,25 @@ class Result(_Strict):
         return data
 
     def inferencex(self) -> dict[str, Any]:
-        """The object InferenceX itself would write: dump() without the `slurmx` key."""
+        """The object InferenceX itself would write: dump() without the `slurmx` key, its figures as InferenceX
+        writes them (five decimals; result.json keeps them whole). Its power step adds the power fields to the
+        written aggregate afterwards, at their own precision (energy.power_fields), so they stay as they are."""
         data = self.dump()
         data.pop("slurmx", None)
-        return data
+        return {key: value if key in POWER_FIELDS else _as_written(value) for key, value in data.items()}
+
+
+def _as_written(value: Any) -> Any:
+    """A figure as InferenceX's aggregate writes it: every finite float to 5 decimals, and one that rounds to a
+    whole number of 1 or more as that integer (2.0 -> 2, 0.0 stays 0.0); ints, strings, None untouched."""
+    if isinstance(value, dict):
+        return {key: _as_written(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_written(item) for item in value]
+    if not isinstance(value, float) or not math.isfinite(value):
+        return value
+    short = round(value, 5)
+    return int(short) if short.is_integer() and abs(short) >= 1 else short
 
 
 POWER_FIELDS = (
