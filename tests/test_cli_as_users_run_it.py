@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import ROOT
 
 TREES = ("repo-main", "repo-kimik3-b300-lmcache", "repo-lmcache-agentix")
-NEAR_MATCH_KEY = "dsv4-fp4-b200-vllm-agentic-mtp"  # jobs/dsv4_fp4_b200_vllm.yaml differs in image and spec-decoding
+NEAR_MATCH_KEY = "kimik3-fp4-b300-vllm-agentic-dspark"  # jobs/kimik3_fp4_b300_vllm.yaml differs in image and dcp-size
 SERVED_KEY = "kimik3-fp4-h200-vllm-agentic"  # has its recipe (jobs/kimik3_fp4_h200_vllm.yaml) and profile
 IMPORTED_KEY = "minimaxm3-fp4-b200-vllm-agentic-mtp"  # single-node, served by jobs/minimaxm3_fp4_b200_vllm_mtp.yaml
 SLURMX_FIELDS = ("point-id", "config-key", "slurm-request", "recipe", "recipe-note")
@@ -107,9 +107,10 @@ def test_plan_names_the_near_match_as_information(fixtures: Path, tmp_path: Path
     rows = planned(slurmx(["plan", NEAR_MATCH_KEY, *masters, "--json"], tmp_path))
     assert rows and all(r["recipe"] is None for r in rows)
     assert {r["recipe-note"] for r in rows} == {
-        f"no serving recipe for {NEAR_MATCH_KEY}; nearest is {ROOT / 'jobs' / 'dsv4_fp4_b200_vllm.yaml'} "
-        "(dsv4-fp4-b200-vllm), which differs in image 'inferactinc/public:sprint-agentx-fast-x86_64-cu13.0.1-6a1e7bf' "
-        "(point: 'vllm/vllm-openai:nightly-dev-x86_64-cu13.0.1-426e59f'), spec-decoding 'none' (point: 'mtp')"
+        f"no serving recipe for {NEAR_MATCH_KEY}; nearest is {ROOT / 'jobs' / 'kimik3_fp4_b300_vllm.yaml'} "
+        "(kimik3-fp4-b300-vllm), which differs in image 'vllm/vllm-openai:nightly-b22afe45ac797ae58e67a7a3ad79ee5714024420"
+        "@sha256:144356af876edbb3a4bfee23e1444b196cc3fdadd0a0c1a7f11f721756972a21' "
+        "(point: 'vllm/vllm-openai:nightly-dev-x86_64-cu13.0.1-5894fdf'), dcp-size 1 (point: 8)"
     }
     table = slurmx(["plan", NEAR_MATCH_KEY, *masters], tmp_path)
     assert table.returncode == 0 and table.stderr == ""
@@ -165,7 +166,7 @@ def test_render_and_dry_run_refuse_the_near_match_key_alone(fixtures: Path, tmp_
         errors = proc.stderr.splitlines()
         assert len(errors) == 1, proc.stderr
         assert errors[0].startswith("slurmx: error: ") and NEAR_MATCH_KEY in errors[0]
-        assert "nearest is" in errors[0] and "dsv4_fp4_b200_vllm.yaml" in errors[0]
+        assert "nearest is" in errors[0] and "kimik3_fp4_b300_vllm.yaml" in errors[0]
         assert SERVED_KEY in proc.stdout and "#SBATCH" in proc.stdout  # the other key went on
         assert NEAR_MATCH_KEY not in proc.stdout
     assert list(tmp_path.iterdir()) == []  # neither render nor a dry run writes into the tree
