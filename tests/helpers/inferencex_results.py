@@ -68,6 +68,22 @@ def env_of(result: Result) -> dict[str, str]:
     }  # fmt: skip
 
 
+def multinode_env(point: dict[str, Any]) -> dict[str, str]:
+    """What InferenceX's multinode launchers export for a disaggregated point: each side's workers, shape and
+    hardware (from the point's config row, never from slurmx's result)."""
+    env = {"IS_MULTINODE": "true", "DISAGG": str(point.get("disagg", True)).lower()}
+    for side in ("prefill", "decode"):
+        worker, up = point[side], side.upper()
+        env |= {
+            f"{up}_NUM_WORKERS": str(worker["num-worker"]), f"{up}_TP": str(worker["tp"]),
+            f"{up}_PP_SIZE": str(worker.get("pp", 1)), f"{up}_DCP_SIZE": str(worker.get("dcp-size", 1)),
+            f"{up}_PCP_SIZE": str(worker.get("pcp-size", 1)), f"{up}_EP": str(worker.get("ep", 1)),
+            f"{up}_DP_ATTN": str(worker.get("dp-attn", False)).lower(),
+            **({f"{up}_HARDWARE": worker["hardware"]} if worker.get("hardware") else {}),
+        }  # fmt: skip
+    return env
+
+
 def same(theirs: Any, mine: Any, where: str = "") -> list[str]:
     """Where `mine` differs from `theirs` on every key InferenceX wrote (None stands for an absent key)."""
     if isinstance(theirs, dict):
@@ -85,7 +101,8 @@ def same(theirs: Any, mine: Any, where: str = "") -> list[str]:
 def compare(oracle: Oracle, result_dir: Path, point: dict[str, Any] | None = None) -> tuple[Result, dict[str, Any]]:
     """slurmx's result and verdict against InferenceX's, on one result_dir/aiperf_artifacts."""
     result = build_result(point_from_row(point or POINT), result_dir / "aiperf_artifacts", run=RunMeta(sweep_id="s"))
-    theirs = oracle.ask(result_dir, env_of(result))
+    row = point or POINT
+    theirs = oracle.ask(result_dir, env_of(result) | (multinode_env(row) if "prefill" in row else {}))
     meta = result.slurmx
     assert meta is not None
     # the verdict build_result wrote into the result (what the node and rebuild keep), and the gate agrees

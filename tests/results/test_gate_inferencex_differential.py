@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from slurmx.results import gate
-from tests.helpers.inferencex_results import REPO, Oracle, compare, same
+from tests.helpers.inferencex_results import POINT, REPO, Oracle, compare, same
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "aiperf"
 EXAMPLES = int(os.environ.get("SLURMX_DIFF_EXAMPLES", "200"))
@@ -169,4 +169,37 @@ def test_real_aiperf_artifacts_are_judged_and_aggregated_as_by_inferencex(
     assert (
         result.server_metrics.sources
         and same(theirs["agg"]["server_metrics"]["sources"], result.server_metrics.sources) == []
+    )
+
+
+# ---------------------------------------------------------------- disaggregated points (InferenceX's multinode env)
+
+
+def _worker(num: int, tp: int, ep: int = 1, dp_attn: bool = False, hardware: str | None = None) -> dict[str, Any]:
+    return {"num-worker": num, "tp": tp, "ep": ep, "dp-attn": dp_attn, **({"hardware": hardware} if hardware else {})}
+
+
+MULTINODE = {
+    "dep-prefill": (_worker(1, 8, 8, True), _worker(2, 8)),
+    "dep-decode": (_worker(2, 4), _worker(1, 8, 8, True)),
+    "aggregated": (_worker(2, 8, 8, True), _worker(0, 8, 8, True)),  # decode num-worker 0: co-located
+    "heterogeneous": (_worker(1, 4, hardware="h200"), _worker(1, 8, hardware="b300")),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MULTINODE))
+def test_disaggregated_points_are_shaped_as_by_inferencex(oracle: Oracle, tmp_path: Path, shape: str) -> None:
+    """tp, ep and dp_attention of a disaggregated point, each side's fields, the GPU count and per-GPU rates."""
+    prefill, decode = MULTINODE[shape]
+    point = {**POINT, "prefill": prefill, "decode": decode, "disagg": True, "exp-name": f"test_{shape}"}
+    artifacts = tmp_path / "aiperf_artifacts"
+    artifacts.mkdir()
+    for name in ("profile_export.jsonl", "profile_export_aiperf.json", "server_metrics_export.json"):
+        shutil.copy(DATA / "lmcache-replay" / name, artifacts / name)
+    result, theirs = compare(oracle, tmp_path, point)
+    assert "agg" in theirs and result.is_multinode
+    assert (result.tp, result.ep, result.dp_attention) == (
+        theirs["agg"]["tp"],
+        theirs["agg"]["ep"],
+        theirs["agg"]["dp_attention"],
     )

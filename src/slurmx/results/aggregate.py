@@ -245,7 +245,19 @@ def _set_worker_shape(result: Result, point: Point) -> None:
             setattr(result, f"{side}_{name}", getattr(worker, name))
         setattr(result, f"{side}_dp_attention", "true" if worker.dp_attn else "false")
         setattr(result, f"num_{side}_gpu", _worker_gpus(worker))
-    result.tp, result.ep = point.prefill.tp, point.prefill.ep
+    if _worker_gpus(point.decode) <= 0:
+        # an aggregated config (decode num-worker 0): no decode side, so its parallelism counts for nothing
+        result.decode_tp, result.decode_ep, result.decode_pp, result.decode_dcp_size, result.decode_pcp_size = (
+            0,
+            0,
+            1,
+            1,
+            1,
+        )
+    # InferenceX's identity of a disaggregated point: both sides' TP, the wider EP, DP attention on either side
+    result.tp = point.prefill.tp + (result.decode_tp or 0)
+    result.ep = max(point.prefill.ep, result.decode_ep or 0)
+    result.dp_attention = "true" if point.prefill.dp_attn or point.decode.dp_attn else "false"
     if point.prefill.hardware:  # heterogeneous workers: both sides name theirs (config/master.py checks the pair)
         result.prefill_hw, result.decode_hw = point.prefill.hardware, point.decode.hardware
 
