@@ -4,6 +4,7 @@ unchanged tree rewrites nothing (bytes and mtime). Then `check` over every impor
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -101,3 +102,30 @@ def test_an_amd_script_imports_its_sizing_and_replay_flags(tmp_path: Path, fixtu
     assert recipe["engine"]["max-num-seqs-per-conc"] == 2
     assert "--max-num-seqs" not in recipe["engine"]["flags"]
     assert recipe["replay"]["flags"] == {"--apply-chat-template": True}
+
+
+def _git(tree: Path, *args: str) -> None:
+    import subprocess
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True, env={**os.environ, **env})
+
+
+def test_the_aiperf_fork_a_checkout_pins_is_imported_and_checked(tree: Path, jobs: Path, tmp_path: Path) -> None:
+    """A git checkout names its utils/aiperf submodule's commit: import pins it in the recipe's replay, check
+    compares it (the node then checks the checkout it installs from, tests/node/test_provision.py)."""
+    first, moved = "754356e" + "1" * 33, "0d2aa05" + "2" * 33
+    _git(tree, "init", "-q")
+    _git(tree, "add", ".")
+    _git(tree, "update-index", "--add", "--cacheinfo", f"160000,{first},utils/aiperf")  # the submodule's gitlink
+    _git(tree, "commit", "-qm", "fixture")
+    proc = slurmx(["recipes", "import", "--inferencex", str(tree), KEY, "--jobs", str(jobs)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert yaml.safe_load((jobs / f"{STEM}.yaml").read_text())["replay"]["aiperf-revision"] == first
+    check = ["recipes", "check", "--inferencex", str(tree), KEY, "--jobs", str(jobs)]
+    assert slurmx(check, cwd=tmp_path).returncode == 0
+    _git(tree, "update-index", "--cacheinfo", f"160000,{moved},utils/aiperf")
+    _git(tree, "commit", "-qm", "aiperf moves")
+    proc = slurmx(check, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert f"undeclared: provision aiperf revision: upstream '{moved}', slurmx '{first}'" in proc.stdout

@@ -3,6 +3,7 @@ the point with a one-line reason, and LMCache's fallback guard once its server i
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -127,3 +128,61 @@ def test_without_a_model_root_the_hub_id_is_fetched_into_the_hub_cache() -> None
     fetch = steps["download model tiny"]
     assert fetch.value == "hf cache"
     assert fetch.process.argv[-4:] == ["model", "tiny", "-", "1"]  # no local dir; this runtime downloads
+
+
+def _checkout(root: Path, sha: str, submodule: bool) -> Path:
+    """A source checkout as the job sees it: HEAD in .git, or (a submodule) a .git file naming its gitdir."""
+    src = root / "workspace" / "utils" / "aiperf"
+    src.mkdir(parents=True)
+    gitdir = root / "workspace" / ".git" / "modules" / "utils" / "aiperf" if submodule else src / ".git"
+    gitdir.mkdir(parents=True)
+    (gitdir / "HEAD").write_text(sha + "\n")
+    if submodule:
+        (src / ".git").write_text("gitdir: ../../.git/modules/utils/aiperf\n")
+    return src
+
+
+@pytest.mark.parametrize("submodule", [True, False])
+def test_the_aiperf_checkouts_commit_is_checked_against_the_pin_and_recorded(tmp_path: Path, submodule: bool) -> None:
+    import subprocess
+
+    sha = "754356e" + "0" * 33
+    src = _checkout(tmp_path, sha, submodule)
+    runtime = PyxisRuntime.from_profile(RuntimeProfile(kind="pyxis", squash_dir="/sq", aiperf_source=str(src)), "i")
+    for pin, ok in (("754356e", True), ("", True), ("0d2aa05", False)):
+        spec = _spec(replay="production").model_copy(
+            update={"replay": Replay(kind="production", aiperf_revision=pin or None)}
+        )
+        step = {s.item: s for s in provision.plan(spec, runtime)}["aiperf revision"]
+        code = step.process.argv[step.process.argv.index("-c") + 1]
+        done = subprocess.run([sys.executable, "-c", code, str(src), pin], capture_output=True, text=True)
+        assert (done.returncode == 0) is ok, done.stderr
+        if ok:
+            assert json.loads(done.stdout) == {"aiperf_revision": sha}
+        else:
+            assert f"is at {sha}, the recipe pins 0d2aa05" in done.stderr
+
+
+def test_a_pin_with_no_checkout_to_check_fails_the_point_at_provisioning(tmp_path: Path) -> None:
+    import subprocess
+
+    spec = _spec().model_copy(update={"replay": Replay(kind="synthetic", aiperf_revision="754356e")})
+    steps = [s for s in provision.plan(spec, _venv(tmp_path))]
+    step = next(s for s in steps if s.item == "aiperf revision")
+    assert [s.item for s in steps].index("aiperf revision") < [s.item for s in steps].index("aiperf runs")
+    done = subprocess.run(step.process.argv, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "the recipe pins aiperf 754356e, but this runtime installs aiperf from no checkout (aiperf-source)"
+    )
+
+
+def test_the_production_replay_reads_the_dataset_from_the_provisioned_hub_cache() -> None:
+    from slurmx.node.launch import replay_process
+    from slurmx.process import ServerPorts
+
+    spec = _spec(replay="production")
+    runtime = PyxisRuntime(squash_dir="/sq", image="i", hf_home="/hf")
+    ports = ServerPorts(engine=1, named={"lmcache": 2, "lmcache-http": 3})
+    replay = replay_process(spec, ports, runtime, Path("/a"), None, 0)
+    assert replay.env["HF_HOME"] == "/hf"  # where provisioning's "download dataset" put it

@@ -35,7 +35,7 @@ from slurmx.upstream.importer import (
     today,
     write_if_changed,
 )  # fmt: skip
-from slurmx.upstream.inferencex import upstream_for
+from slurmx.upstream.inferencex import aiperf_revision, upstream_for
 
 GENERIC_TABLE = Path(__file__).resolve().parents[3] / "docs" / "upstream-differences.yaml"
 DIFFERENCES_DIR = "differences"  # jobs/differences/<recipe file stem>.yaml: an imported key's declared rows
@@ -144,6 +144,8 @@ def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoo
     points = inputs.key_points(key)
     captured: list[Captured] = list(pool.map(lambda p: capture_point(p, upstream_for(tree, p)), points))
     data = import_key(key, captured)
+    if (revision := aiperf_revision(tree)) is not None:  # the aiperf fork DIR pins: the node checks it
+        data["replay"]["aiperf-revision"] = revision
     gpu = points[0].runner.removeprefix("cluster:").split("-")[0]
     stem = recipe_stem(points[0], gpu)
     data["recipe"] = stem.replace("_", "-")

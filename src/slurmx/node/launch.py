@@ -127,6 +127,8 @@ def replay_process(
         extra = [f"{engine_direct_url(spec, ports)}{spec.implementation.engine.metrics_path}", *extra]
     if spec.replay.kind == "production":
         env |= spec.replay.env
+        if runtime.hf_home:  # the dataset provisioning fetched into the hub cache: aiperf reads it from there
+            env["HF_HOME"] = runtime.hf_home
         argv = production_argv(runtime.aiperf_bin, spec, url, artifact_dir, runtime.model_path(spec.model), extra)
     else:
         assert trace is not None

@@ -77,6 +77,19 @@ _FETCH = (
     "print(f'{repo}: {path}')\n"
 )
 
+# The commit of a source checkout (a submodule's .git is a file naming its gitdir), read without git (the image
+# may have none); with a pin, anything else fails the point. Prints {"aiperf_revision": sha}.
+_REVISION = (
+    "import json, os, sys\n"
+    "src, pin = sys.argv[1:3]; git = os.path.join(src, '.git'); sha = ''\n"
+    "if os.path.isfile(git): git = os.path.join(src, open(git).read().partition('gitdir:')[2].strip())\n"
+    "head = open(os.path.join(git, 'HEAD')).read().strip() if os.path.isdir(git) else ''\n"
+    "ref = os.path.join(git, head[5:]) if head.startswith('ref: ') else ''\n"
+    "sha = (open(ref).read().strip() if os.path.isfile(ref) else '') if ref else head\n"
+    "if pin and not sha.startswith(pin): sys.exit(f'aiperf at {src} is at {sha or \"no git revision\"}, the recipe pins {pin}')\n"
+    "print(json.dumps({'aiperf_revision': sha or None}))\n"
+)
+
 
 @dataclass(frozen=True)
 class Step:
@@ -95,6 +108,7 @@ class Provisioned:
     versions: dict[str, str] = field(default_factory=dict)
     env: dict[str, dict[str, str]] = field(default_factory=dict)
     record: list[dict[str, Any]] = field(default_factory=list)
+    aiperf_revision: str | None = None  # the commit of the aiperf source the replay was installed from
 
 
 def _step(runtime: Runtime, item: str, value: str, argv: list[str], timeout_s: float = CHECK_TIMEOUT_S) -> Step:
@@ -136,6 +150,14 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
         steps.append(_step(runtime, "aiperf venv", venv, [py, "-m", "venv", "--clear", venv]))
         argv = [runtime.aiperf_python, "-m", "pip", "install", runtime.aiperf_source]
         steps.append(_step(runtime, "aiperf", f"isolated venv from {runtime.aiperf_source}", argv, INSTALL_TIMEOUT_S))
+    pin = spec.replay.aiperf_revision or ""
+    if runtime.installs and runtime.aiperf_source and runtime.aiperf_source.startswith("/"):
+        # a checkout (InferenceX's utils/aiperf), not a pip requirement: its commit is checked and recorded
+        argv = [py, "-c", _REVISION, runtime.aiperf_source, pin]
+        steps.append(_step(runtime, "aiperf revision", pin or "recorded", argv))
+    elif pin:  # nothing here could show which aiperf runs: the point fails before any server starts
+        why = f"the recipe pins aiperf {pin}, but this runtime installs aiperf from no checkout (aiperf-source)"
+        steps.append(_step(runtime, "aiperf revision", pin, [py, "-c", f"import sys; sys.exit({why!r})"]))
     steps.append(_step(runtime, "aiperf runs", runtime.aiperf_bin, [runtime.aiperf_bin, "--version"]))
     may = "1" if runtime.downloads else "0"
     fetch_timeout = DOWNLOAD_TIMEOUT_S if runtime.downloads else CHECK_TIMEOUT_S
@@ -190,6 +212,8 @@ def run(spec: ServingSpec, runtime: Runtime, supervisor: Supervisor) -> Provisio
         last = lines[-1] if lines else ""
         if step.item.startswith("version "):
             out.versions.update(_json_line(lines))
+        elif step.item == "aiperf revision":
+            out.aiperf_revision = _json_line(lines).get("aiperf_revision")
         elif step.item == "torch libraries":
             found = _json_line(lines)
             out.env = _torch_env(spec, {k: str(v) for k, v in found.items()})

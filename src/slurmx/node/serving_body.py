@@ -163,7 +163,11 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
         if (why := peers.await_peers(others, "running", spec.startup_timeout_s)) is not None:
             raise PointFailed(f"multinode deployment not ready: {why}")
     lock = what_ran(first, runtime, supervisor).model_copy(
-        update={"numa": numa_record, "provision": [ProvisionStep(**step) for step in provisioned.record]}
+        update={
+            "numa": numa_record,
+            "provision": [ProvisionStep(**step) for step in provisioned.record],
+            "aiperf_revision": provisioned.aiperf_revision,
+        }  # fmt: skip
     )
     return Servers(plan, ports, started, spec, lock, telemetry_dir, peers)
 

@@ -121,6 +121,9 @@ class Replay(_Model):
     random_seed: int = 42
     # production: aiperf flags a script appends to benchmark_lib.sh's command (e.g. --apply-chat-template)
     flags: Flags = Field(default_factory=dict)
+    # the commit of InferenceX's aiperf fork (its utils/aiperf submodule) the key's upstream replays with;
+    # provisioning fails the point when the checkout it installs from is at another
+    aiperf_revision: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,40}$")
     # synthetic
     sessions_per_conc: PositiveInt = 2
     turns: PositiveInt = 3

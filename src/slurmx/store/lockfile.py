@@ -51,6 +51,7 @@ class NodeLock(_Record):
     slurmx_version: str
     numa: dict[str, Any] = Field(default_factory=dict)  # node/numa.py's placement record
     provision: list[ProvisionStep] = Field(default_factory=list)
+    aiperf_revision: str | None = None  # the commit of the aiperf checkout the replay was installed from
 
 
 class LockFile(NodeLock):

@@ -12,6 +12,7 @@ from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import Capture, Upstream, capture
 from slurmx.upstream.declared import Declared
 from slurmx.upstream.facts import Difference, Facts, capture_paths, differences, point_facts, upstream_facts
+from slurmx.upstream.inferencex import aiperf_revision
 
 
 @dataclass
@@ -30,7 +31,11 @@ class PointCompare:
 def capture_facts(item: Resolved, upstream: Upstream) -> tuple[Capture, Facts]:
     with tempfile.TemporaryDirectory(prefix="slurmx-upstream-") as work:
         cap = capture(item.point, upstream, Path(work))
-        return cap, upstream_facts(cap, capture_paths(work, upstream.model_path))
+        facts = upstream_facts(cap, capture_paths(work, upstream.model_path))
+    revision = aiperf_revision(upstream.script.parents[3])  # benchmarks/single_node/agentic/<script> -> DIR
+    if revision is not None:  # the aiperf fork the tree pins: a moved submodule is a difference
+        facts[("provision", "aiperf revision")] = revision
+    return cap, facts
 
 
 def compare_point(

@@ -59,3 +59,16 @@ def git_commit(tree: Path) -> str | None:
         return None
     done = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     return done.stdout.strip() or None
+
+
+AIPERF = "utils/aiperf"  # InferenceX's aiperf fork, a submodule of its tree
+
+
+def aiperf_revision(tree: Path) -> str | None:
+    """The commit of the aiperf fork DIR replays with: its submodule's gitlink (a git checkout), else None."""
+    if not (tree / ".git").exists():
+        return None
+    done = subprocess.run(["git", "-C", str(tree), "ls-tree", "HEAD", AIPERF], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    fields = done.stdout.split()
+    return fields[2] if len(fields) >= 3 and fields[1] == "commit" else None
