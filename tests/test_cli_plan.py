@@ -21,9 +21,8 @@ def test_kimik3_seed_key_has_four_points_at_1889_gb(capsys: pytest.CaptureFixtur
     assert {r["total-cpu-dram-gb"] for r in rows} == {1889}
     assert len({r["point-id"] for r in rows}) == 4
     assert [r["kv-offload-backend"] for r in rows] == [{"name": "lmcache", "version": "0.5.4rc4"}] * 4
-    assert [r["slurm-request"] for r in rows] == [
-        "b300 gpu:b300:8 -C b300 mem=0 excl enforce-binding mem-bind=local 480m"
-    ] * 4
+    # launch_b300-nv.sh's salloc: partition batch_1, plain gpu:<n> GRES, no constraint
+    assert [r["slurm-request"] for r in rows] == ["batch_1 gpu:8 mem=0 excl enforce-binding mem-bind=local 480m"] * 4
 
 
 def test_dsv4_seed_key_has_ten_points_at_2399_gb(capsys: pytest.CaptureFixture[str]) -> None:
@@ -48,7 +47,7 @@ def test_plan_all_covers_every_shipped_key(capsys: pytest.CaptureFixture[str]) -
 
 # The whole table of the dsv4 seed key, cell for cell (point ids are recorded values too).
 DSV4_TABLE = [
-    (point_id, parallelism, "none", "lmcache", conc, "2399", "dsv4-fp4-b200-vllm", "b200 gpu:b200:8 -C b200 mem=0 excl enforce-binding mem-bind=local 480m")
+    (point_id, parallelism, "none", "lmcache", conc, "2399", "dsv4-fp4-b200-vllm", "gpu-2 gpu:8 mem=0 excl enforce-binding mem-bind=local 480m")
     for point_id, parallelism, conc in [
         ("4fa3f71f3b51", "TP8", "8"), ("a640cd11ecbd", "TP8", "10"), ("cbc8b88decb9", "TP8", "16"),
         ("4632bc06314f", "DEP8", "16"), ("58d5e1c75015", "DEP8", "38"), ("3bbdc73d14e5", "DEP8", "44"),

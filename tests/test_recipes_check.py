@@ -1,6 +1,7 @@
 """`slurmx recipes check` as a user runs it, on a copy of an InferenceX tree: unchanged it exits 0; one
-flag edited in the upstream script, it names that flag on every point and exits 1; a bad declared table
-is one located line, exit 2."""
+flag edited in the upstream script, or one salloc option in its launcher, it names that on every point and
+exits 1; a launcher that stops before its container srun is one stderr line naming it and the step, exit 2;
+a bad declared table is one located line, exit 2."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from tests.test_cli_as_users_run_it import slurmx
 
 KEY = "kimik3-fp4-b300-vllm-agentic-dspark-lmcache"
 SCRIPT = Path("benchmarks/single_node/agentic/kimik3_fp4_b300_vllm_mtp.sh")
+LAUNCHER = Path("runners/launch_b300-nv.sh")
 NEEDED = (
     Path("configs/nvidia-master.yaml"), Path("configs/amd-master.yaml"), Path("configs/runners.yaml"),
-    Path("runners/launch_b300-nv.sh"), Path("benchmarks/benchmark_lib.sh"), SCRIPT,
+    LAUNCHER, Path("benchmarks/benchmark_lib.sh"), SCRIPT,
 )  # fmt: skip
 
 
@@ -53,6 +55,36 @@ def test_check_names_an_edited_upstream_flag_and_exits_1(tree: Path, tmp_path: P
     for line in lines:
         assert line.startswith(f"{KEY} kimik3_tp8_conc")
         assert "undeclared: engine --gpu-memory-utilization: upstream '0.85', slurmx '0.9'" in line
+
+
+def test_check_names_an_edited_salloc_option_of_the_launcher_and_exits_1(tree: Path, tmp_path: Path) -> None:
+    launcher = tree / LAUNCHER
+    text = launcher.read_text()
+    assert text.count("--exclusive --mem=0 --time=") == 1  # the single-node branch's salloc
+    launcher.write_text(text.replace("--exclusive --mem=0 --time=", "--exclusive --mem=512G --time="))
+    proc = slurmx(["recipes", "check", "--inferencex", str(tree), KEY], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 4, lines  # one per point, nothing else
+    for line in lines:
+        assert line.startswith(f"{KEY} kimik3_tp8_conc")
+        assert line.endswith("undeclared: launcher slurm --mem: upstream '512G', slurmx '0'")
+
+
+def test_a_launcher_that_stops_before_its_container_srun_is_named_with_its_step(tree: Path, tmp_path: Path) -> None:
+    launcher = tree / LAUNCHER
+    text = launcher.read_text()
+    salloc = "    salloc --partition=$SLURM_PARTITION --account=$SLURM_ACCOUNT -N 1 "
+    assert text.count(salloc) == 1
+    launcher.write_text(text.replace(salloc, '    echo "no allocation today"; exit 3\n' + salloc))
+    proc = slurmx(["recipes", "check", "--inferencex", str(tree), KEY], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if "launcher level not compared" in line]
+    assert notes == [
+        f"slurmx: recipes check: {KEY}: launcher level not compared: launch_b300-nv.sh: exited 3 before a container "
+        "srun; last step: + exit 3"
+    ], proc.stderr
+    assert proc.stdout.startswith("recipes check: 1 keys, 4 points, "), proc.stdout  # the scripts still compared
 
 
 def test_a_bad_declared_row_is_one_located_line(tmp_path: Path) -> None:

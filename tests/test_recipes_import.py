@@ -21,6 +21,7 @@ SCRIPT = Path("benchmarks/single_node/agentic/minimaxm3_fp4_b200_mtp.sh")
 NEEDED = (
     Path("configs/nvidia-master.yaml"), Path("configs/amd-master.yaml"), Path("configs/runners.yaml"),
     Path("runners/launch_b200-dgxc.sh"), Path("benchmarks/benchmark_lib.sh"), SCRIPT,
+    Path(".github/workflows/benchmark-tmpl.yml"),  # the env the launcher runs with (HF_HUB_CACHE, ...)
 )  # fmt: skip
 # every key imported into jobs/ and the fixture tree it came from (CI runs check over each)
 IMPORTED = {

@@ -4,21 +4,28 @@ The reference is captured, not transcribed: the upstream per-model script runs w
 benchmark_lib.sh under recording stand-ins (slurmx/upstream/capture.py). Every difference
 must be a row of docs/upstream-differences.yaml (upstream value, slurmx value, why); a new one fails,
 and so does a row that no point needs any more (so removing a row that is needed fails too).
+
+The launcher level too: each seed branch's own runners/launch_<cluster>.sh runs under stand-ins
+(slurmx/upstream/launcher.py) for every point; its Slurm request, container and exports are compared with
+the point's sbatch request, pyxis flags and job env, and the cache locations it hands the container are
+the script's (HF_HUB_CACHE). The seed scripts otherwise keep the env their reviews compared.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from slurmx.inputs import load_inputs
 from slurmx.submit.render import point_processes
-from slurmx.submit.resolved import resolve_points
+from slurmx.submit.resolved import Resolved, resolve_points
 from slurmx.upstream.capture import Upstream
 from slurmx.upstream.compare import PointCompare, compare_point
 from slurmx.upstream.declared import Declared, load_declared
+from slurmx.upstream.launcher import inherited, run_launcher
 from tests.conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +49,19 @@ SEED_UPSTREAM = {
     ),
 }
 
+# the seed branches' trees (fixtures SOURCE.txt), whose launchers give the launcher level
+SEED_TREES = {
+    "kimik3-fp4-b300-vllm-agentic-dspark-lmcache": FIXTURES / "repo-kimik3-b300-lmcache",
+    "dsv4-fp4-b200-vllm-agentic-lmcache": FIXTURES / "repo-lmcache-agentix",
+}
+
+
+def _compare(key: str, item: Resolved) -> PointCompare:
+    launch = run_launcher(SEED_TREES[key], item.point)
+    assert launch.why_not is None, launch.why_not
+    upstream = replace(SEED_UPSTREAM[key], launcher_env=tuple(inherited(launch).items()), launch=launch)
+    return compare_point(key, item, upstream, point_processes)
+
 
 @pytest.fixture(scope="module")
 def compared() -> list[PointCompare]:
@@ -50,7 +70,7 @@ def compared() -> list[PointCompare]:
     inputs = load_inputs(None, None, list(SEED_UPSTREAM))
     jobs = [(key, item) for key in SEED_UPSTREAM for item in resolve_points(inputs.key_points(key), inputs)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda job: compare_point(job[0], job[1], SEED_UPSTREAM[job[0]], point_processes), jobs))
+        return list(pool.map(lambda job: _compare(*job), jobs))
 
 
 def _undeclared(compared: list[PointCompare], table: list[Declared]) -> list[str]:
@@ -66,6 +86,12 @@ def test_upstream_scripts_ran_to_the_end(compared: list[PointCompare]) -> None:
     for c in compared:
         assert c.capture.returncode == 0, f"{c.key} {c.resolved.point.exp_name}: {c.capture.log[-2000:]}"
         assert c.capture.named("aiperf"), f"{c.key}: the upstream script never started the replay"
+
+
+def test_the_launcher_level_is_compared_on_every_point(compared: list[PointCompare]) -> None:
+    for c in compared:
+        assert c.upstream[("launcher", "slurm --partition")] == c.ours[("launcher", "slurm --partition")], c.where()
+        assert ("launcher", "container --container-image") in c.upstream, c.where()
 
 
 def test_both_seed_keys_cover_tp_and_dep_points(compared: list[PointCompare]) -> None:

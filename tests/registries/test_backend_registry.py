@@ -129,7 +129,7 @@ def test_a_registered_backend_plans_and_renders(
         '--kv-transfer-config \'{"kv_connector":"PoolConnector","kv_role":"kv_both","kv_connector_extra_config":{"port":23888}}\''
         in rendered
     )
-    assert "#SBATCH --gres=gpu:b300:4" in rendered
+    assert "#SBATCH --gres=gpu:4" in rendered  # b300-nv asks plain gpu:<n> (launch_b300-nv.sh)
 
 
 def test_its_spec_round_trips_through_point_json(pool_backend: PoolBackend, workspace: list[str]) -> None:

@@ -2,7 +2,8 @@
 
 `check` runs, for every point of each key, the agentic script DIR's launcher would pick, unchanged, under
 recording stand-ins, renders slurmx's point, and compares them fact by fact (flags, JSON leaves, env,
-provisioning): each is the same, a declared difference (a reviewed row with its reason), or undeclared;
+provisioning; and the launcher level: the Slurm request, container and exports of DIR's launcher, run
+under stand-ins too): each is the same, a declared difference (a reviewed row with its reason), or undeclared;
 a declared row no point needs is stale. Exit 1 on any undeclared or stale row, one line each.
 `import` derives a recipe from the same captures (slurmx.upstream.derive) and writes it to jobs/.
 """
@@ -36,6 +37,7 @@ from slurmx.upstream.importer import (
     write_if_changed,
 )  # fmt: skip
 from slurmx.upstream.inferencex import aiperf_revision, upstream_for
+from slurmx.upstream.launcher import WORKFLOW
 
 GENERIC_TABLE = Path(__file__).resolve().parents[3] / "docs" / "upstream-differences.yaml"
 DIFFERENCES_DIR = "differences"  # jobs/differences/<recipe file stem>.yaml: an imported key's declared rows
@@ -112,6 +114,9 @@ def run_check(args: argparse.Namespace) -> int:
     compared, skipped = check_keys(args.inferencex, inputs, keys)
     for line in skipped:
         print(f"slurmx: recipes check: skipped {line}", file=sys.stderr)
+    unlaunched = launcher_notes(args.inferencex, compared)
+    for line in unlaunched:
+        print(f"slurmx: recipes check: {line}", file=sys.stderr)
     for error in inputs.errors:  # a named key DIR's masters lack, or cannot expand
         print(f"slurmx: error: {error}", file=sys.stderr)
     problems: list[str] = []
@@ -136,7 +141,26 @@ def run_check(args: argparse.Namespace) -> int:
         f"recipes check: {keys_done} keys, {len(compared)} points, {facts} facts compared, "
         f"{len(used)} declared rows used: every difference declared"
     )
-    return 2 if skipped or inputs.errors or not compared else 0
+    return 2 if skipped or inputs.errors or not compared or any(" not compared: " in n for n in unlaunched) else 0
+
+
+def launcher_notes(tree: Path, compared: list[PointCompare]) -> list[str]:
+    """One line per key whose launcher level was not compared (its launcher did not reach its container
+    srun: which launcher, which step), and one when DIR has no workflow to read the launchers' env from."""
+    notes: dict[str, None] = {}
+    for c in compared:
+        launch = c.upstream_launch
+        if launch is None:
+            continue
+        if launch.why_not is not None:
+            notes.setdefault(f"{c.key}: launcher level not compared: {launch.why_not}", None)
+        elif not launch.workflow:
+            notes.setdefault(
+                f"{tree / WORKFLOW}: not found; the launchers ran with each point's inputs alone (the workflow's "
+                "own env, such as HF_HUB_CACHE, is not known)",
+                None,
+            )
+    return list(notes)
 
 
 def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoolExecutor) -> str:

@@ -107,6 +107,7 @@ class Engine(Protocol):
     # The server programs InferenceX's scripts start for this engine, by the slurmx process each one is
     # (the drift check's stand-ins and the facts it compares).
     upstream_programs: Mapping[str, str]
+    cache_env: tuple[str, ...]  # env naming the engine's own cache directory, which launchers hand the container
     metrics: EngineMetrics
     kv_pool_log: KvPoolLog
     hash_env: frozenset[str]  # env that decides the engine's prefix-cache block keys (recipe-wide only)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 from slurmx import engines
 from slurmx.node import procscan
 from slurmx.plan import Point
+from slurmx.upstream.launcher import Launch, workflow_env
 
 # the servers the scripts start and keep running, by the slurmx process each one is: every engine's, and the
 # backends' own (the stand-ins and the facts compared both read this one table)
@@ -52,7 +52,10 @@ class Upstream:
     # what the key's launcher exports as MODEL_PATH; under "{work}/" a staged stand-in checkpoint (a
     # config.json and one shard: what the scripts' completeness checks look for) in the capture's work dir
     model_path: str
-    launcher_env: tuple[tuple[str, str], ...] = ()  # other exports of the launcher (e.g. MODEL=MODEL_PATH)
+    # what the launcher hands the script beyond the workflow's env that the capture keeps (MODEL=MODEL_PATH
+    # where it rewrites MODEL, the cache locations of launcher.CACHE_ENV); "{work}/" as in model_path
+    launcher_env: tuple[tuple[str, str], ...] = ()
+    launch: Launch | None = None  # the run of the point's launcher these were read from (None: not run)
 
 
 @dataclass(frozen=True)
@@ -81,38 +84,13 @@ class Capture:
 
 
 def launcher_env(point: Point, upstream: Upstream, result_dir: Path, home: Path) -> dict[str, str]:
-    """The env InferenceX's workflow + launcher give the script for this point (INFERENCEX_FLOW.md)."""
-    backend = point.kv_offload_backend
+    """The env InferenceX's workflow + launcher give the script for this point (INFERENCEX_FLOW.md): the
+    cache locations are those its launcher hands the container (upstream.launcher_env, read from a run
+    of the launcher), never a stand-in's."""
     return {
-        "MODEL": point.model,
+        **workflow_env(point),
         "MODEL_PATH": upstream.model_path.replace("{work}", str(home.parent)),
-        "MODEL_PREFIX": point.model_prefix,
-        "PRECISION": point.precision,
-        "FRAMEWORK": point.framework,
-        "IMAGE": point.image,
-        "TP": str(point.tp),
-        "GPU_COUNT": str(point.tp),  # the launchers export GPU_COUNT=${GPU_COUNT:-$TP} for salloc
-        "PP_SIZE": str(point.pp),
-        "DCP_SIZE": str(point.dcp_size),
-        "PCP_SIZE": str(point.pcp_size),
-        "EP_SIZE": str(point.ep),
-        "DP_ATTENTION": "true" if point.dp_attn else "false",
-        "CONC": str(point.conc),
-        "SPEC_DECODING": point.spec_decoding,
-        "KV_OFFLOADING": point.kv_offloading,
-        "KV_OFFLOAD_BACKEND": backend.name if backend else "",
-        "KV_OFFLOAD_BACKEND_METADATA": json.dumps(backend.model_dump() if backend else {}),
-        "ROUTER_METADATA": "",
-        "TOTAL_CPU_DRAM_GB": str(point.total_cpu_dram_gb),
-        "DURATION": str(point.duration_s or 3600),
         "RESULT_DIR": str(result_dir),
-        "RESULT_FILENAME": point.exp_name,
-        "EXP_NAME": point.exp_name,
-        "RUNNER_TYPE": point.runner.removeprefix("cluster:"),
-        "SCENARIO_TYPE": point.scenario,
-        "HF_TOKEN": "hf_standin",
-        "HF_HUB_CACHE": str(home / ".cache" / "huggingface"),
-        "EVAL_ONLY": "false",
         "PORT": str(PORT),
         "HOME": str(home),
         "LANG": "C.UTF-8",

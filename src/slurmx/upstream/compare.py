@@ -11,8 +11,17 @@ from slurmx.process import Process
 from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import Capture, Upstream, capture
 from slurmx.upstream.declared import Declared
-from slurmx.upstream.facts import Difference, Facts, capture_paths, differences, point_facts, upstream_facts
+from slurmx.upstream.facts import (
+    Difference,
+    Facts,
+    capture_paths,
+    differences,
+    point_facts,
+    slurmx_launch_facts,
+    upstream_facts,
+)
 from slurmx.upstream.inferencex import aiperf_revision
+from slurmx.upstream.launcher import Launch, launch_facts
 
 
 @dataclass
@@ -23,6 +32,7 @@ class PointCompare:
     upstream: Facts
     ours: Facts
     diffs: list[Difference]
+    upstream_launch: Launch | None = None  # the run of the point's launcher (None: none was run)
 
     def where(self) -> str:
         return f"{self.key} {self.resolved.point.exp_name} ({self.resolved.point.parallelism})"
@@ -44,7 +54,11 @@ def compare_point(
     """`processes`: what slurmx starts for the point (render's point_processes, passed in from above)."""
     cap, theirs = capture_facts(item, upstream)
     ours = point_facts(item, processes(item), upstream.model_path.startswith("{work}/"))
-    return PointCompare(key, item, cap, theirs, ours, differences(theirs, ours))
+    launch = upstream.launch
+    if launch is not None and launch.why_not is None:  # the launcher level, where its launcher ran
+        theirs.update(launch_facts(launch))
+        ours.update(slurmx_launch_facts(item, launch.given))
+    return PointCompare(key, item, cap, theirs, ours, differences(theirs, ours), launch)
 
 
 def undeclared(compared: list[PointCompare], table: list[Declared]) -> list[tuple[PointCompare, Difference]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,12 @@ from typing import Any
 
 from slurmx.node import provision
 from slurmx.process import Process
+from slurmx.runtimes.pyxis import PyxisRuntime
+from slurmx.slurm.sbatch import render_sbatch
+from slurmx.submit.arrays import array_plans
 from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import SERVERS, Capture, Started
+from slurmx.upstream.launcher import CACHE_ENV, LAUNCHER, container_facts, parse_options, slurm_facts
 
 # Upstream program -> slurmx process name.
 PROCESS = {**SERVERS, "aiperf": "replay"}
@@ -137,7 +142,8 @@ def upstream_facts(capture: Capture, paths: Mapping[str, str]) -> Facts:
             continue
         facts[(name, "program")] = s.name
         facts.update(argv_facts(name, s.argv, paths))
-        facts.update(env_facts(name, s.env_delta(capture.base_env), paths))
+        inherited = {k: s.env[k] for k in CACHE_ENV if k in s.env}  # the launcher's cache locations
+        facts.update(env_facts(name, {**inherited, **s.env_delta(capture.base_env)}, paths))
     facts.update(provision_facts(capture.started, paths))
     return facts
 
@@ -216,6 +222,7 @@ def capture_paths(work: str, model_path: str) -> dict[str, str]:
     return {
         **staged,
         f"{work}/result": "$RESULT_DIR",
+        f"{work}/home": "$HOME",
         work: "<work>",
         STANDIN_TORCH_LIB: provision.REVIEW_TORCH_LIB,
     }
@@ -228,3 +235,24 @@ def point_facts(item: Resolved, processes: list[Process], staged: bool) -> Facts
     model = item.runtime.model_path(item.serving.model)
     paths = {model: MODEL_PATH} if staged else {}
     return slurmx_facts(processes, job_env(item), slurmx_provision_facts(item), paths)
+
+
+SWEEP = Path("$SWEEP")  # the sweep directory an sbatch script names (its log paths: not compared)
+
+
+def slurmx_launch_facts(item: Resolved, given: Mapping[str, str]) -> Facts:
+    """slurmx's side of the launcher level: the #SBATCH request of the point's array script (render's), the
+    pyxis container flags every step of the job starts with, and the env the job's preamble exports beyond
+    `given` (the env the upstream launcher started with: what both sides' processes get anyway)."""
+    (plan,) = array_plans([item], SWEEP)
+    options = []
+    for line in render_sbatch(plan).splitlines():
+        if line.startswith("#SBATCH "):
+            options += parse_options(shlex.split(line)[1:]).options
+    facts = slurm_facts(options)
+    if isinstance(item.runtime, PyxisRuntime):
+        facts.update(container_facts(parse_options(item.runtime.srun_container_prefix("engine")[1:]), {}))
+    for name, value in job_env(item).items():
+        if given.get(name) != value:
+            facts[(LAUNCHER, f"env {name}")] = value
+    return facts

@@ -9,13 +9,10 @@ from pathlib import Path
 from slurmx.errors import UserError
 from slurmx.plan import Point
 from slurmx.upstream.capture import Upstream
+from slurmx.upstream.launcher import inherited, run_launcher
 
 AGENTIC = Path("benchmarks/single_node/agentic")
 LIB = Path("benchmarks/benchmark_lib.sh")
-
-
-def launcher(tree: Path, point: Point) -> Path:
-    return tree / "runners" / f"launch_{point.runner.removeprefix('cluster:')}.sh"
 
 
 def script_candidates(point: Point) -> list[str]:
@@ -38,12 +35,18 @@ def script_for(tree: Path, point: Point) -> Path:
 
 
 def upstream_for(tree: Path, point: Point) -> Upstream:
-    """What a point runs upstream. The model is staged as a stand-in checkpoint in the capture's work dir
-    (compared as $MODEL_PATH); a launcher that hands the script MODEL=$MODEL_PATH (b200-dgxc) does so here."""
+    """What a point runs upstream, read from a run of its launcher (upstream.launcher): the script its
+    container srun starts, whether it hands the script MODEL=$MODEL_PATH (b200-dgxc does), and the cache
+    locations it hands over. The model is staged as a stand-in checkpoint in the capture's work dir
+    (compared as $MODEL_PATH). A launcher that did not run leaves the script to script_for and hands nothing."""
     model_path = "{work}/models/" + point.model.rsplit("/", 1)[-1]
-    run = launcher(tree, point)
-    rewrites_model = run.is_file() and 'export MODEL="$MODEL_PATH"' in run.read_text()
-    return Upstream(script_for(tree, point), tree / LIB, model_path, (("MODEL", model_path),) if rewrites_model else ())
+    launch = run_launcher(tree, point)
+    picked = launch.script()
+    script = tree / picked if picked and (tree / picked).is_file() else script_for(tree, point)
+    handed = launch.handed()
+    rewrites_model = "MODEL_PATH" in handed and handed.get("MODEL") == handed["MODEL_PATH"]
+    exports = ((("MODEL", model_path),) if rewrites_model else ()) + tuple(inherited(launch).items())
+    return Upstream(script, tree / LIB, model_path, exports, launch)
 
 
 def content_digest(*files: Path) -> str:
