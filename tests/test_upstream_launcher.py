@@ -61,7 +61,7 @@ def test_the_mi325x_launchers_facts_are_its_salloc_and_srun(fixtures: Path) -> N
     assert facts[("launcher", "env XDG_CACHE_HOME")] == f"/tmp/xdg-cache-{STANDIN_JOB_ID}"
     assert facts[("launcher", "env TRITON_CACHE_DIR")] == f"/tmp/triton-cache-{STANDIN_JOB_ID}"
     # the workflow's HF_HUB_CACHE (benchmark-tmpl.yml) passes through to the script
-    assert inherited(launch) == {"HF_HUB_CACHE": "/mnt/hf_hub_cache/"}
+    assert inherited(launch) == {"HF_HUB_CACHE": "{work}/root/mnt/hf_hub_cache/"}  # sandboxed
 
 
 def test_each_launcher_hands_the_script_its_own_cache_locations(fixtures: Path) -> None:
@@ -69,10 +69,10 @@ def test_each_launcher_hands_the_script_its_own_cache_locations(fixtures: Path) 
     b300 = run_launcher(tree, _point(tree, KEYS["launch_b300-nv.sh"]))
     assert inherited(b300) == {"HF_HUB_CACHE": "{work}/home/.cache/huggingface"}  # its export HF_HUB_CACHE=$HOME/...
     b200 = run_launcher(tree, _point(tree, KEYS["launch_b200-dgxc.sh"]))
-    assert inherited(b200) == {
-        "HF_HUB_CACHE": "/mnt/hf_hub_cache/",
-        "AIPERF_DATASET_MMAP_CACHE_DIR": "/aiperf_mmap_cache",
+    assert inherited(b200) == {  # a cluster path, sandboxed in the capture's work dir (compared as itself)
+        "HF_HUB_CACHE": "{work}/root/mnt/hf_hub_cache/",
+        "AIPERF_DATASET_MMAP_CACHE_DIR": "{work}/root/aiperf_mmap_cache",
     }
     assert b200.handed()["MODEL"] == b200.handed()["MODEL_PATH"]  # export MODEL="$MODEL_PATH"
     mi355x = run_launcher(tree, _point(tree, KEYS["launch_mi355x-amds.sh"]))
-    assert inherited(mi355x)["VLLM_CACHE_ROOT"] == "/it-share/gharunners/.cache/vllm"
+    assert inherited(mi355x)["VLLM_CACHE_ROOT"] == "{work}/root/it-share/gharunners/.cache/vllm"

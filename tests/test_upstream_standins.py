@@ -24,3 +24,7 @@ def test_a_script_that_checks_the_server_metrics_export_runs_to_the_end(fixtures
     exports = list((tmp_path / "work").rglob("server_metrics_export.json"))
     assert exports and all(f'"{prefix}' in e.read_text() for e in exports)
     assert "Validated required AIPerf server metrics prefix" in cap.log
+    # the script writes into the cluster's hub cache (a lock, a snapshot): inside the capture's sandbox only
+    sandbox = tmp_path / "work" / "root" / "mnt" / "hf_hub_cache"
+    assert (sandbox / ".minimaxm3-download.lock").exists()
+    assert (sandbox / "models--MiniMaxAI--MiniMax-M3-MXFP8" / "snapshots" / "standin" / "config.json").exists()

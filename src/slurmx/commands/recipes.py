@@ -130,7 +130,7 @@ def run_check(args: argparse.Namespace) -> int:
             for row in stale(mine, table)
         ]
         used |= {row.where for c in mine for d in c.diffs for row in table if row.covers(key, d)}
-    failed = [f"{c.where()}: upstream script exited {c.capture.returncode}" for c in compared if c.capture.returncode]
+    failed = [f"{c.where()}: {c.capture.failure()}" for c in compared if c.capture.returncode]
     for line in failed + problems:
         print(line)
     if failed or problems:

@@ -69,7 +69,8 @@ class PyxisRuntime(Runtime):
             "srun", "--overlap", "--ntasks=1", f"--nodelist={node}", "--mpi=none", f"--job-name=slurmx-{name}",
             f"--container-image={self.squash_path()}",
             "--container-name=slurmx",  # every process of the job shares one container
-            "--no-container-mount-home", "--container-remap-root",
+            # writable whatever the site's ENROOT_ROOTFS_WRITABLE: provisioning pip-installs into the container
+            "--no-container-mount-home", "--container-remap-root", "--container-writable",
             "--container-workdir=/workspace", "--no-container-entrypoint", "--export=ALL",
         ]  # fmt: skip
         if self.container_mounts:

@@ -82,6 +82,11 @@ class Capture:
     def named(self, name: str) -> list[Started]:
         return [s for s in self.started if s.name == name]
 
+    def failure(self) -> str:
+        """Why the script failed, in one line: its exit status and the last line it printed."""
+        last = next((line.strip() for line in reversed(self.log.splitlines()) if line.strip()), "no output")
+        return f"upstream script exited {self.returncode} ({last[:200]})"
+
 
 def launcher_env(point: Point, upstream: Upstream, result_dir: Path, home: Path) -> dict[str, str]:
     """The env InferenceX's workflow + launcher give the script for this point (INFERENCEX_FLOW.md): the

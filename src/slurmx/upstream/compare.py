@@ -57,7 +57,7 @@ def compare_point(
     launch = upstream.launch
     if launch is not None and launch.why_not is None:  # the launcher level, where its launcher ran
         theirs.update(launch_facts(launch))
-        ours.update(slurmx_launch_facts(item, launch.given))
+        ours.update(slurmx_launch_facts(item, launch.given, upstream.script.parents[3]))
     return PointCompare(key, item, cap, theirs, ours, differences(theirs, ours), launch)
 
 

@@ -184,6 +184,10 @@ PORT_WHY = (
     "run-time port: the script's env names the fixed port 8888; slurmx picks the server's port on the node and "
     "gives it to the process that needs it"
 )
+LAUNCHER_PORT_WHY = (
+    "run-time port: the launcher exports the port its script serves on (8888, or one derived from the job id); "
+    "slurmx picks the server's port on the node when the job starts"
+)
 TOKENIZER_WHY = (
     "slurmx's replay reads the tokenizer from the staged model (a compute node may have no hub access); the "
     "script names the model's hub id"
@@ -223,6 +227,8 @@ def own_choice(diff: Difference) -> str | None:
         None,
     ) and diff.upstream in engine_metrics:
         return ENGINE_METRICS_WHY
+    if (diff.process, diff.item, diff.slurmx) == ("launcher", "env PORT", None) and (diff.upstream or "").isdigit():
+        return LAUNCHER_PORT_WHY
     if diff.item.startswith("env ") and diff.slurmx is None and _names_port(diff.upstream or ""):
         return PORT_WHY
     if diff.process == "engine" and diff.item.startswith(f"env {REPLAY_ONLY_ENV}") and diff.slurmx is None:
@@ -240,7 +246,8 @@ def _names_port(value: str) -> bool:
 
 def _kind(diff: Difference) -> str:
     why = own_choice(diff)
-    return "cluster-layout" if why is None else "run-time-port" if why == PORT_WHY else "deliberate"
+    ports = (PORT_WHY, LAUNCHER_PORT_WHY)
+    return "cluster-layout" if why is None else "run-time-port" if why in ports else "deliberate"
 
 
 def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] = ()) -> str:

@@ -25,7 +25,7 @@ from slurmx.slurm.sbatch import render_sbatch
 from slurmx.submit.arrays import array_plans
 from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import SERVERS, Capture, Started
-from slurmx.upstream.launcher import CACHE_ENV, LAUNCHER, container_facts, parse_options, slurm_facts
+from slurmx.upstream.launcher import CACHE_ENV, LAUNCHER, SANDBOX, container_facts, parse_options, slurm_facts
 
 # Upstream program -> slurmx process name.
 PROCESS = {**SERVERS, "aiperf": "replay"}
@@ -223,6 +223,7 @@ def capture_paths(work: str, model_path: str) -> dict[str, str]:
         **staged,
         f"{work}/result": "$RESULT_DIR",
         f"{work}/home": "$HOME",
+        SANDBOX.replace("{work}", work): "",  # a cluster path the capture ran sandboxed: compared as itself
         work: "<work>",
         STANDIN_TORCH_LIB: provision.REVIEW_TORCH_LIB,
     }
@@ -240,10 +241,14 @@ def point_facts(item: Resolved, processes: list[Process], staged: bool) -> Facts
 SWEEP = Path("$SWEEP")  # the sweep directory an sbatch script names (its log paths: not compared)
 
 
-def slurmx_launch_facts(item: Resolved, given: Mapping[str, str]) -> Facts:
+CHECKOUT = "$INFERENCEX"  # the --inferencex DIR slurmx mounts at /workspace (config/load.py with_workspace)
+
+
+def slurmx_launch_facts(item: Resolved, given: Mapping[str, str], tree: Path | None = None) -> Facts:
     """slurmx's side of the launcher level: the #SBATCH request of the point's array script (render's), the
-    pyxis container flags every step of the job starts with, and the env the job's preamble exports beyond
-    `given` (the env the upstream launcher started with: what both sides' processes get anyway)."""
+    pyxis container flags every step of the job starts with (the checkout `tree` named as CHECKOUT), and the
+    env the job's preamble exports beyond `given` (the env the upstream launcher started with: what both
+    sides' processes get anyway)."""
     (plan,) = array_plans([item], SWEEP)
     options = []
     for line in render_sbatch(plan).splitlines():
@@ -251,7 +256,8 @@ def slurmx_launch_facts(item: Resolved, given: Mapping[str, str]) -> Facts:
             options += parse_options(shlex.split(line)[1:]).options
     facts = slurm_facts(options)
     if isinstance(item.runtime, PyxisRuntime):
-        facts.update(container_facts(parse_options(item.runtime.srun_container_prefix("engine")[1:]), {}))
+        paths = {str(tree.resolve()): CHECKOUT} if tree is not None else {}
+        facts.update(container_facts(parse_options(item.runtime.srun_container_prefix("engine")[1:]), paths))
     for name, value in job_env(item).items():
         if given.get(name) != value:
             facts[(LAUNCHER, f"env {name}")] = value

@@ -271,7 +271,7 @@ def _alike(envs: list[dict[str, str]]) -> dict[str, str]:
 
 def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
     """The recipe data for one key's captures, or ImportRefused naming every point and flag no rule fits."""
-    failed = [f"{c.point.exp_name}: upstream script exited {c.capture.returncode}" for c in captured
+    failed = [f"{c.point.exp_name}: {c.capture.failure()}" for c in captured
               if c.capture.returncode]  # fmt: skip
     if failed:
         raise ImportRefused("; ".join(failed[:3]) + (f" (+{len(failed) - 3} more)" if len(failed) > 3 else ""))

@@ -44,6 +44,8 @@ def upstream_for(tree: Path, point: Point) -> Upstream:
     picked = launch.script()
     script = tree / picked if picked and (tree / picked).is_file() else script_for(tree, point)
     handed = launch.handed()
+    if launch.why_not is None and "MODEL_PATH" not in handed:
+        model_path = ""  # the launcher stages no weights (mi325x-amds): the script fetches $MODEL into the hub cache
     rewrites_model = "MODEL_PATH" in handed and handed.get("MODEL") == handed["MODEL_PATH"]
     exports = ((("MODEL", model_path),) if rewrites_model else ()) + tuple(inherited(launch).items())
     return Upstream(script, tree / LIB, model_path, exports, launch)

@@ -453,4 +453,13 @@ def inherited(launch: Launch) -> dict[str, str]:
     runner's home and workspace are the capture's own ({work}/home, {work}/workspace)."""
     handed = launch.handed()
     own = {f"{launch.work}/{name}": "{work}/" + name for name in ("home", "workspace")} if launch.work else {}
-    return {k: _replace(handed[k], own) for k in CACHE_ENV if k in handed}
+    return {k: sandboxed(_replace(handed[k], own)) for k in CACHE_ENV if k in handed}
+
+
+SANDBOX = "{work}/root"  # a cluster path a script may write to (mkdir, a lock file), inside the capture's work dir
+
+
+def sandboxed(value: str) -> str:
+    """A cluster path under the capture's SANDBOX, so a script never touches this machine's /mnt or /raid (facts
+    compare it as the cluster path again: facts.capture_paths)."""
+    return SANDBOX + value if value.startswith("/") else value

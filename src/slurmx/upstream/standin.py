@@ -37,7 +37,11 @@ def _python(argv: list[str]) -> None:
     elif argv[:1] == ["-c"] and "torch" in argv[1] and "'lib'" in argv[1]:
         print(FAKE_TORCH_LIB)
     elif argv[:1] == ["-"]:
-        sys.stdin.read()
+        code, work = sys.stdin.read(), os.path.dirname(os.environ["STANDIN_BIN"]) + os.sep
+        if argv[1:] and all(os.path.abspath(a).startswith(work) for a in argv[1:]):
+            # a program over the capture's own files only (the scripts' hub-cache snapshot check): run for real
+            sys.argv = ["-", *argv[1:]]
+            exec(compile(code, "<stdin>", "exec"), {"__name__": "__main__"})
 
 
 def _uv(argv: list[str]) -> None:
@@ -57,6 +61,23 @@ def _hf(argv: list[str]) -> None:
     # a download into --local-dir leaves what the scripts' completeness checks look for; only inside the
     # capture's work dir (a launcher's real path, /scratch/..., is never created on this machine)
     work = os.path.dirname(os.environ["STANDIN_BIN"]) + os.sep
+    cache = os.environ.get("HF_HUB_CACHE", "")
+    if argv[:1] == ["download"] and "--local-dir" not in argv and cache.startswith(work):
+        # into the hub cache: a complete snapshot, as the scripts' snapshot checks read it; its path printed
+        repo = next(a for a in argv[1:] if not a.startswith("-"))
+        kind = "datasets" if "--repo-type" in argv else "models"
+        root = os.path.join(cache, f"{kind}--{repo.replace('/', '--')}")
+        snapshot = os.path.join(root, "snapshots", "standin")
+        os.makedirs(os.path.join(root, "refs"), exist_ok=True)
+        os.makedirs(snapshot, exist_ok=True)
+        with open(os.path.join(root, "refs", "main"), "w") as out:
+            out.write("standin")
+        for name, text in (("config.json", "{}"), ("tokenizer_config.json", "{}"), ("model.safetensors", ""),
+                           ("model.safetensors.index.json", '{"weight_map": {"w": "model.safetensors"}}')):  # fmt: skip
+            with open(os.path.join(snapshot, name), "w") as out:
+                out.write(text)
+        print(snapshot)
+        return
     if argv[:1] == ["download"] and "--local-dir" in argv:
         target = os.path.abspath(argv[argv.index("--local-dir") + 1])
         if not target.startswith(work):
