@@ -28,3 +28,18 @@ def test_a_script_that_checks_the_server_metrics_export_runs_to_the_end(fixtures
     sandbox = tmp_path / "work" / "root" / "mnt" / "hf_hub_cache"
     assert (sandbox / ".minimaxm3-download.lock").exists()
     assert (sandbox / "models--MiniMaxAI--MiniMax-M3-MXFP8" / "snapshots" / "standin" / "config.json").exists()
+
+
+def test_the_amd_scripts_gpu_checks_pass_and_a_failure_names_its_cause(fixtures: Path, tmp_path: Path) -> None:
+    """rocm-smi's stand-in answers what the scripts grep (idle VRAM, the MEC firmware) under set -euo pipefail;
+    kimik3_fp4_mi355x_mtp.sh then stops at its container patch script, which the capture does not stage, and
+    the failure says so in one line (the error the command wrote, not a trace line)."""
+    tree, key = fixtures / "repo-main", "kimik3-fp4-mi355x-vllm-agentic-mtp"
+    point = load_inputs(None, None, [key], inferencex=tree).key_points(key)[0]
+    cap = capture(point, upstream_for(tree, point), tmp_path / "work")
+    assert "GPUs clean (vram%max=0" in cap.log
+    assert cap.returncode == 127
+    assert (
+        cap.failure().startswith("upstream script exited 127 (bash: ")
+        and "apply_k3_container_patches.sh" in cap.failure()
+    )

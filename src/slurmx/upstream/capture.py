@@ -37,7 +37,7 @@ SERVERS: dict[str, str] = {
 }
 SERVER_STANDINS = tuple(SERVERS)
 STANDINS = (
-    *SERVER_STANDINS, "aiperf", "python3", "python", "hf", "uv", "git", "nvidia-smi", "curl", "nm", "ldd", "apt-get",
+    *SERVER_STANDINS, "aiperf", "python3", "python", "hf", "uv", "git", "nvidia-smi", "rocm-smi", "amd-smi", "curl", "nm", "ldd", "apt-get",
 )  # fmt: skip
 PORT = 8888  # the launchers' srun --export=ALL,PORT=8888
 POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
@@ -83,8 +83,10 @@ class Capture:
         return [s for s in self.started if s.name == name]
 
     def failure(self) -> str:
-        """Why the script failed, in one line: its exit status and the last line it printed."""
-        last = next((line.strip() for line in reversed(self.log.splitlines()) if line.strip()), "no output")
+        """Why the script failed, in one line: its exit status and the last line it printed (not a `set -x` trace
+        line where there is one: the error a command wrote)."""
+        lines = [line.strip() for line in self.log.splitlines() if line.strip()]
+        last = next((line for line in reversed(lines) if not line.startswith("+")), lines[-1] if lines else "no output")
         return f"upstream script exited {self.returncode} ({last[:200]})"
 
 

@@ -88,6 +88,16 @@ def _hf(argv: list[str]) -> None:
                 pass
 
 
+def _rocm_smi(argv: list[str]) -> None:
+    # what the AMD scripts grep for: idle GPUs (VRAM% 0: wait_for_amd_gpu_clean passes at once) and a MEC
+    # firmware new enough that no scratch-reclaim workaround is exported
+    for gpu in range(8):
+        if "--showmemuse" in argv:
+            print(f"GPU[{gpu}]\t\t: GPU Memory Allocated (VRAM%): 0")
+        elif "--showfw" in argv:
+            print(f"GPU[{gpu}]\t\t: MEC firmware version: 177")
+
+
 def _aiperf(argv: list[str]) -> None:
     # the server-metrics export the scripts check after the replay (benchmark_lib.sh's required-prefix check):
     # one metric named with the prefix the script asks for, inside the capture's work dir only
@@ -119,6 +129,8 @@ def main() -> None:
         _hf(argv)
     elif name == "aiperf":
         _aiperf(argv)
+    elif name == "rocm-smi":
+        _rocm_smi(argv)
 
 
 if __name__ == "__main__":
