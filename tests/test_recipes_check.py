@@ -43,32 +43,29 @@ def test_check_of_an_unchanged_tree_exits_0_with_a_summary(tree: Path, tmp_path:
     assert "declared rows used" in proc.stdout
 
 
-def test_check_names_an_edited_upstream_flag_and_exits_1(tree: Path, tmp_path: Path) -> None:
-    script = tree / SCRIPT
-    text = script.read_text()
-    assert text.count("--gpu-memory-utilization 0.90") == 1
-    script.write_text(text.replace("--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.85"))
+@pytest.mark.parametrize(
+    ("edited", "old", "new", "named"),
+    [
+        # one flag of the agentic script
+        (SCRIPT, "--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.85",
+         "undeclared: engine --gpu-memory-utilization: upstream '0.85', slurmx '0.9'"),
+        # one salloc option of the launcher's single-node branch
+        (LAUNCHER, "--exclusive --mem=0 --time=", "--exclusive --mem=512G --time=",
+         "undeclared: launcher slurm --mem: upstream '512G', slurmx '0'"),
+    ],
+)  # fmt: skip
+def test_check_names_one_edited_upstream_item_and_exits_1(
+    tree: Path, tmp_path: Path, edited: Path, old: str, new: str, named: str
+) -> None:
+    text = (tree / edited).read_text()
+    assert text.count(old) == 1
+    (tree / edited).write_text(text.replace(old, new))
     proc = slurmx(["recipes", "check", "--inferencex", str(tree), KEY], cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 4, lines  # one per point, nothing else
     for line in lines:
-        assert line.startswith(f"{KEY} kimik3_tp8_conc")
-        assert "undeclared: engine --gpu-memory-utilization: upstream '0.85', slurmx '0.9'" in line
-
-
-def test_check_names_an_edited_salloc_option_of_the_launcher_and_exits_1(tree: Path, tmp_path: Path) -> None:
-    launcher = tree / LAUNCHER
-    text = launcher.read_text()
-    assert text.count("--exclusive --mem=0 --time=") == 1  # the single-node branch's salloc
-    launcher.write_text(text.replace("--exclusive --mem=0 --time=", "--exclusive --mem=512G --time="))
-    proc = slurmx(["recipes", "check", "--inferencex", str(tree), KEY], cwd=tmp_path)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 4, lines  # one per point, nothing else
-    for line in lines:
-        assert line.startswith(f"{KEY} kimik3_tp8_conc")
-        assert line.endswith("undeclared: launcher slurm --mem: upstream '512G', slurmx '0'")
+        assert line.startswith(f"{KEY} kimik3_tp8_conc") and line.endswith(named), line
 
 
 def test_a_launcher_that_stops_before_its_container_srun_is_named_with_its_step(tree: Path, tmp_path: Path) -> None:
