@@ -29,6 +29,7 @@ IMPORTED = {
     "minimaxm3-fp4-b300-vllm-agentic-mtp": "repo-main",
     "dsv4-fp4-b200-vllm-agentic-mtp": "repo-main",
     "minimaxm3-fp8-mi325x-vllm-agentic-mtp": "repo-main",
+    "dsv4-fp4-b300-vllm-agentic-mtp": "repo-main",
 }
 
 pytestmark = pytest.mark.slow

@@ -21,11 +21,11 @@ def test_a_script_that_checks_the_server_metrics_export_runs_to_the_end(fixtures
     assert cap.returncode == 0, cap.log[-1500:]
     (replay,) = cap.named("aiperf")
     prefix = replay.env["AIPERF_REQUIRED_SERVER_METRIC_PREFIX"]
-    exports = list((tmp_path / "work").rglob("server_metrics_export.json"))
+    exports = list(cap.work_dir.rglob("server_metrics_export.json"))
     assert exports and all(f'"{prefix}' in e.read_text() for e in exports)
     assert "Validated required AIPerf server metrics prefix" in cap.log
     # the script writes into the cluster's hub cache (a lock, a snapshot): inside the capture's sandbox only
-    sandbox = tmp_path / "work" / "root" / "mnt" / "hf_hub_cache"
+    sandbox = cap.work_dir / "root" / "mnt" / "hf_hub_cache"
     assert (sandbox / ".minimaxm3-download.lock").exists()
     assert (sandbox / "models--MiniMaxAI--MiniMax-M3-MXFP8" / "snapshots" / "standin" / "config.json").exists()
 
@@ -43,3 +43,24 @@ def test_the_amd_scripts_gpu_checks_pass_and_a_failure_names_its_cause(fixtures:
         cap.failure().startswith("upstream script exited 127 (bash: ")
         and "apply_k3_container_patches.sh" in cap.failure()
     )
+
+
+def test_a_script_failing_once_on_timing_is_captured_again_and_says_so(fixtures: Path, tmp_path: Path) -> None:
+    from slurmx.upstream.capture import Upstream
+
+    tree = fixtures / "repo-main"
+    point = load_inputs(None, None, [KEY], inferencex=tree).key_points(KEY)[0]
+    mark = tmp_path / "ran-once"
+    script, lib = tmp_path / "s.sh", tmp_path / "lib.sh"
+    script.write_text(
+        f'if [ ! -e {mark} ]; then touch {mark}; echo "not ready in time" >&2; exit 1; fi\nvllm serve m >/dev/null 2>&1 &\n'
+    )
+    lib.write_text("")
+    cap = capture(point, Upstream(script, lib, ""), tmp_path / "work")
+    assert cap.returncode == 0 and [s.name for s in cap.started] == ["vllm"]
+    assert cap.retried == "upstream script exited 1 (not ready in time)"
+    assert cap.work_dir.name == "run2"
+    mark.unlink()
+    script.write_text("exit 3\n")  # fails every time: the first failure stands
+    failed = capture(point, Upstream(script, lib, ""), tmp_path / "again")
+    assert failed.returncode == 3 and failed.retried is None

@@ -166,13 +166,15 @@ def test_lmcache_l1_that_rounds_to_zero_names_the_arm_field() -> None:
         {},
         {"size-setting": "cpu_bytes_to_use", "budget-unit": "GiB"},
         {"extra-settings": {"enable_cross_layers_blocks": "true"}},
+        {"lazy-offload": True, "lazy-offload-dp-attn": False},
     ],
 )
 def test_vllm_simple_knobs_read_back_from_the_connector_they_build(knobs: dict[str, object]) -> None:
     """What the importer derives from a captured connector JSON is the arm that builds that JSON: on a TP8 point
     and on a TP4xPP2 one (eight ranks share the budget), for every sizing the arm has."""
     arm = VLLM_SIMPLE.arm_model.model_validate(knobs)
-    points = [_point("vllm-simple", 1889), replace(_point("vllm-simple", 1000, tp=4), pp=2)]
+    points = [_point("vllm-simple", 1889), replace(_point("vllm-simple", 1000, tp=4), pp=2),
+              replace(_point("vllm-simple", 1424, tp=4), dp_attn=True)]  # fmt: skip
     configs = []
     for point in points:
         offload = VLLM_SIMPLE.offload(VLLM_SIMPLE.spec(arm, point), PORTS, VLLM.name)
@@ -181,3 +183,19 @@ def test_vllm_simple_knobs_read_back_from_the_connector_they_build(knobs: dict[s
     assert VLLM_SIMPLE.knobs_from_connector(configs, points) == knobs
     with pytest.raises(ValueError, match="no connector JSON"):
         VLLM_SIMPLE.knobs_from_connector([], [])
+
+
+def test_a_ranks_share_passed_as_the_server_wide_size_is_read_as_the_per_rank_setting() -> None:
+    """dsv4_fp4_b300_vllm_mtp.sh's cpu_bytes_to_use = budget / GPUs: vLLM divides that by the world size again;
+    the importer reads it as what it means, the per-rank size (check then names the fix for review)."""
+    points = [_point("vllm-simple", 1424, tp=4), replace(_point("vllm-simple", 2849, tp=8), dp_attn=True)]
+    configs = [{"kv_connector": "SimpleCPUOffloadConnector", "kv_connector_extra_config": {
+        "cpu_bytes_to_use": int(p.total_cpu_dram_gb * 1e9 / p.server_gpus), "lazy_offload": not p.dp_attn}}
+        for p in points]  # fmt: skip
+    knobs = VLLM_SIMPLE.knobs_from_connector(configs, points)
+    assert knobs == {"lazy-offload": True, "lazy-offload-dp-attn": False}  # the default per-rank GB sizing
+    specs = [VLLM_SIMPLE.spec(VLLM_SIMPLE.arm_model.model_validate(knobs), p) for p in points]
+    assert [(s.size_setting, s.cpu_bytes_per_rank, s.lazy_offload) for s in specs] == [
+        ("cpu_bytes_to_use_per_rank", 356_000_000_000, True),
+        ("cpu_bytes_to_use_per_rank", 356_125_000_000, False),
+    ]

@@ -25,6 +25,7 @@ class VllmSimpleArm(Arm):
     size_setting: Literal["cpu_bytes_to_use_per_rank", "cpu_bytes_to_use"] = PER_RANK
     budget_unit: Literal["GB", "GiB"] = "GB"
     lazy_offload: bool | None = None
+    lazy_offload_dp_attn: bool | None = None  # lazy_offload on DP-attention points, where it differs
     # further kv_connector_extra_config settings passed as written (e.g. enable_cross_layers_blocks); the
     # size settings are the backend's
     extra_settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -59,9 +60,11 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         unit = GIB if knobs.budget_unit == "GiB" else GB
         per_rank = int(point.total_cpu_dram_gb * unit / point.server_gpus)
         whole = point.total_cpu_dram_gb * unit if knobs.size_setting == WHOLE else None
+        dp_lazy = knobs.lazy_offload_dp_attn
+        lazy = dp_lazy if point.dp_attn and dp_lazy is not None else knobs.lazy_offload
         return VllmSimpleSpec(
             name=self.name, version=backend_version(point), cpu_bytes_per_rank=per_rank,
-            size_setting=knobs.size_setting, cpu_bytes=whole, lazy_offload=knobs.lazy_offload,
+            size_setting=knobs.size_setting, cpu_bytes=whole, lazy_offload=lazy,
             extra_settings=dict(knobs.extra_settings),
         )  # fmt: skip
 
@@ -100,23 +103,33 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         knobs: dict[str, Any] = {}
         first: dict[str, Any] = extras[0]  # type: ignore[assignment]  # every one is a dict: checked above
         setting: Literal["cpu_bytes_to_use_per_rank", "cpu_bytes_to_use"] = WHOLE if WHOLE in first else PER_RANK
+        captured = [e.get(setting) for e in extras if isinstance(e, dict)]
         units: tuple[Literal["GB", "GiB"], ...] = ("GB", "GiB")
         for name in units:
             # the sizes spec() computes for each point under these knobs
-            arm = VllmSimpleArm(size_setting=setting, budget_unit=name)
-            expect = [self.spec(arm, p) for p in points]
-            sizes = [s.cpu_bytes if setting == WHOLE else s.cpu_bytes_per_rank for s in expect]
-            if [e.get(setting) for e in extras if isinstance(e, dict)] == sizes:
+            expect = [self.spec(VllmSimpleArm(size_setting=setting, budget_unit=name), p) for p in points]
+            if captured == [s.cpu_bytes if setting == WHOLE else s.cpu_bytes_per_rank for s in expect]:
                 knobs = {"size-setting": setting, "budget-unit": name}
+                break
+            if setting == WHOLE and captured == [s.cpu_bytes_per_rank for s in expect]:
+                # a rank's share under the server-wide name, which vLLM divides by the engine's tp x pp again:
+                # slurmx passes it as the per-rank setting it is (check names the difference, for review)
+                knobs = {"size-setting": PER_RANK, "budget-unit": name}
                 break
         else:
             raise ValueError(f"{setting} follows neither GB nor GiB of the point's DRAM budget")
-        lazy = {e.get("lazy_offload") for e in extras if isinstance(e, dict)}
-        if len(lazy) > 1:
-            raise ValueError("lazy_offload differs between points")
-        if (value := lazy.pop()) is not None:
-            knobs["lazy-offload"] = value
-        rest = sorted({k for e in extras if isinstance(e, dict) for k in e} - {setting, "lazy_offload"})
+        # lazy_offload: one value, or one per attention layout (a DP-attention point's own)
+        seen: dict[bool, set[str]] = {}
+        for e, p in zip(extras, points):
+            seen.setdefault(p.dp_attn, set()).add(json.dumps(e.get("lazy_offload") if isinstance(e, dict) else None))
+        if any(len(values) > 1 for values in seen.values()):
+            raise ValueError("lazy_offload differs between points of one attention layout")
+        lazy = {dp: json.loads(values.pop()) for dp, values in seen.items()}
+        if (plain := lazy.get(False, lazy.get(True))) is not None:
+            knobs["lazy-offload"] = plain
+        if False in lazy and lazy.get(True, plain) != plain:
+            knobs["lazy-offload-dp-attn"] = lazy[True]
+        rest = sorted({k for e in extras if isinstance(e, dict) for k in e} - {setting, PER_RANK, "lazy_offload"})
         for name in rest:  # passed as written, when every point passes one value
             values = {json.dumps(e.get(name), sort_keys=True) for e in extras if isinstance(e, dict)}
             if len(values) > 1 or not isinstance(first.get(name), (str, int, float, bool)):

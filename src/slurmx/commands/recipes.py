@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from slurmx.recipes.resolve import match_values
 from slurmx.submit.render import point_processes
 from slurmx.submit.resolved import Resolved, resolve_runnable
 from slurmx.upstream.compare import PointCompare, compare_point, stale, undeclared
-from slurmx.upstream.declared import Declared, is_layout, load_declared, own_choice, render_rows
+from slurmx.upstream.declared import REPLAY_INHERITS_WHY, Declared, is_layout, load_declared, own_choice, render_rows
 from slurmx.upstream.facts import Difference
 from slurmx.upstream.importer import (
     Captured,
@@ -131,6 +132,10 @@ def run_check(args: argparse.Namespace) -> int:
         ]
         used |= {row.where for c in mine for d in c.diffs for row in table if row.covers(key, d)}
     failed = [f"{c.where()}: {c.capture.failure()}" for c in compared if c.capture.returncode]
+    for c in compared:
+        if c.capture.retried:  # said, never hidden: the stand-ins' timing, not upstream (upstream/capture.py)
+            print(f"slurmx: recipes check: {c.where()}: first capture failed, a second passed: {c.capture.retried}",
+                  file=sys.stderr)  # fmt: skip
     for line in failed + problems:
         print(line)
     if failed or problems:
@@ -179,31 +184,54 @@ def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoo
         raise ImportRefused(f"{clash.path} already serves this key's match: move it aside to import")
     text = render_recipe(header(tree, captured[0].upstream, key, today()), data)
     written = write_if_changed(path, text)
-    rows = generic_rows(tree, key, jobs)
+    rows, reasons = generic_rows(tree, key, jobs)
     table = jobs / DIFFERENCES_DIR / f"{stem}.yaml"
     reviewed = load_declared(table) if table.is_file() else []
-    rows_written = write_if_changed(table, render_rows(key, rows, reviewed)) if rows or reviewed else False
+    text = render_rows(key, rows, reviewed, reasons)
+    rows_written = write_if_changed(table, text) if rows or reviewed else False
     what = (
         f"{len(rows)} generic declared rows in {table}{'' if rows_written else ' (unchanged)'}" if rows else "no rows"
     )
     return f"{key}: {'wrote' if written else 'unchanged'} {path} ({len(points)} points); {what}"
 
 
-def generic_rows(tree: Path, key: str, jobs: Path) -> list[Difference]:
+def generic_rows(tree: Path, key: str, jobs: Path) -> tuple[list[Difference], dict[Difference, str]]:
     """The differences check finds with the new recipe that are layout only (kind cluster-layout: the model,
-    draft and downloads at the cluster profile's paths) or one of slurmx's own constant choices (loopback host,
-    unbuffered output, the fixed hash seed). Any other difference is left for review."""
+    draft and downloads at the cluster profile's paths), one of slurmx's own constant choices (loopback host,
+    unbuffered output, the fixed hash seed) or the replay inheriting the engine env the script exported to its
+    whole shell (with its reason). Any other difference is left for review."""
     inputs = inferencex_inputs(tree, [key], jobs)  # fresh: the recipe just written
     compared, _ = check_keys(tree, inputs, [key])
     own = [r for r in table_for(jobs, inputs, key) if r.where.startswith(str(jobs / DIFFERENCES_DIR))]
     generic = [r for r in table_for(jobs, inputs, key) if r not in own]
-    found = {
-        d
-        for c in compared
-        for d in c.diffs
-        if (is_layout(d) or own_choice(d)) and not any(r.covers(key, d) for r in generic)
-    }
-    return sorted(found, key=lambda d: (d.process, d.item, d.upstream or "", d.slurmx or ""))
+    found: set[Difference] = set()
+    reasons: dict[Difference, str] = {}
+    for c in compared:
+        for d in c.diffs:
+            if any(r.covers(key, d) for r in generic):
+                continue
+            if is_layout(d) or own_choice(d):
+                found.add(d)
+            elif _engine_env_inherited_by_replay(d, c.upstream):
+                reasons[d] = REPLAY_INHERITS_WHY
+                found.add(d)
+    return sorted(found, key=lambda d: (d.process, d.item, d.upstream or "", d.slurmx or "")), reasons
+
+
+# settings of the engines' own stacks (each engine's, torch, NCCL, Triton): aiperf, which the script's shell hands
+# them too, reads none of them
+ENGINE_SIDE_ENV = tuple(
+    f"env {prefix}"
+    for prefix in (*(p for e in engines.REGISTRY.values() for p in e.env_prefixes), "PYTORCH_", "TORCH_", "NCCL_",
+                   "CUDA_", "TRITON_")
+)  # fmt: skip
+
+
+def _engine_env_inherited_by_replay(d: Difference, upstream: Mapping[tuple[str, str], str]) -> bool:
+    """The replay has, upstream, an engine-stack setting of the same point's engine, which slurmx gives the
+    engine only."""
+    replay_only = d.process == "replay" and d.slurmx is None and d.item.startswith(ENGINE_SIDE_ENV)
+    return replay_only and d.upstream is not None and upstream.get(("engine", d.item)) == d.upstream
 
 
 def run_import(args: argparse.Namespace) -> int:

@@ -108,6 +108,7 @@ class Engine(Protocol):
     # (the drift check's stand-ins and the facts it compares).
     upstream_programs: Mapping[str, str]
     cache_env: tuple[str, ...]  # env naming the engine's own cache directory, which launchers hand the container
+    env_prefixes: tuple[str, ...]  # the engine's own settings' names begin so (the drift check's engine-side env)
     metrics: EngineMetrics
     kv_pool_log: KvPoolLog
     hash_env: frozenset[str]  # env that decides the engine's prefix-cache block keys (recipe-wide only)

@@ -68,6 +68,7 @@ class VLLM:
     tool_call_flags: tuple[str, ...] = ("--enable-auto-tool-choice", "--tool-call-parser")
     upstream_programs: Mapping[str, str] = MappingProxyType({"vllm": "engine", "vllm-router": "router"})
     cache_env: tuple[str, ...] = ("VLLM_CACHE_ROOT",)
+    env_prefixes: tuple[str, ...] = ("VLLM_",)
     loads_connectors = True
     # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
     spec_methods = frozenset({"none", "mtp"})

@@ -41,7 +41,7 @@ class PointCompare:
 def capture_facts(item: Resolved, upstream: Upstream) -> tuple[Capture, Facts]:
     with tempfile.TemporaryDirectory(prefix="slurmx-upstream-") as work:
         cap = capture(item.point, upstream, Path(work))
-        facts = upstream_facts(cap, capture_paths(work, upstream.model_path))
+        facts = upstream_facts(cap, capture_paths(str(cap.work_dir), upstream.model_path))
     revision = aiperf_revision(upstream.script.parents[3])  # benchmarks/single_node/agentic/<script> -> DIR
     if revision is not None:  # the aiperf fork the tree pins: a moved submodule is a difference
         facts[("provision", "aiperf revision")] = revision

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,6 +175,10 @@ ENGINE_METRICS_WHY = (
     "serving endpoint's /metrics by itself and drops the duplicate (benchmark_lib.sh build_replay_cmd), so "
     "slurmx names only other servers' endpoints"
 )
+REPLAY_INHERITS_WHY = (
+    "a setting of the engine's stack at this point, which the script exports to its whole shell, so aiperf "
+    "inherits it unread; slurmx gives it to the engine only"
+)
 REPLAY_ONLY_ENV = "AIPERF_"  # aiperf's own settings: the replay's env, whatever else inherits them upstream
 REPLAY_ENV_WHY = (
     "aiperf's own setting, which the script exports to its whole shell so the engine inherits it too; slurmx "
@@ -216,9 +220,11 @@ def own_choice(diff: Difference) -> str | None:
         return PARALLEL_DEFAULT_WHY
     if diff.process == "provision" and diff.item.startswith("version ") and diff.upstream is None and diff.slurmx:
         return VERSION_WHY
-    if (diff.process, diff.item, diff.upstream) == ("engine", "env PYTHONHASHSEED", None) and (
-        diff.slurmx or ""
-    ).isdigit():
+    if (
+        diff.process in ("engine", "replay")
+        and (diff.item, diff.upstream) == ("env PYTHONHASHSEED", None)
+        and (diff.slurmx or "").isdigit()
+    ):
         return HASH_SEED_WHY
     engine_metrics = {f"http://{host}:{PORT}/metrics" for host in ("localhost", "127.0.0.1", "0.0.0.0")}
     if (diff.process, diff.item, diff.slurmx) == (
@@ -250,7 +256,9 @@ def _kind(diff: Difference) -> str:
     return "cluster-layout" if why is None else "run-time-port" if why in ports else "deliberate"
 
 
-def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] = ()) -> str:
+def render_rows(
+    key: str, diffs: list[Difference], reviewed: Sequence[Declared] = (), reasons: Mapping[Difference, str] = {}
+) -> str:
     """A key's declared rows: the reviewed rows a person wrote (kept as they are), then the generated ones."""
     kept = [
         {"keys": list(r.keys), "processes": list(r.processes), "item": r.item, "upstream": r.upstream,
@@ -259,7 +267,8 @@ def render_rows(key: str, diffs: list[Difference], reviewed: Sequence[Declared] 
     ]  # fmt: skip
     rows = kept + [
         {"keys": [key], "processes": [d.process], "item": d.item, "upstream": d.upstream, "slurmx": d.slurmx,
-         "kind": _kind(d), "why": own_choice(d) or LAYOUT_WHY, "generated": True}
+         "kind": "deliberate" if d in reasons else _kind(d), "why": reasons.get(d) or own_choice(d) or LAYOUT_WHY,
+         "generated": True}
         for d in diffs
     ]  # fmt: skip
     head = (

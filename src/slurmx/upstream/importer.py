@@ -42,7 +42,8 @@ class Captured:
 
 def capture_point(point: Point, upstream: Upstream) -> Captured:
     with tempfile.TemporaryDirectory(prefix="slurmx-import-") as work:
-        return Captured(point, upstream, capture(point, upstream, Path(work)), work)
+        cap = capture(point, upstream, Path(work))
+        return Captured(point, upstream, cap, str(cap.work_dir))
 
 
 def _engine_started(c: Captured) -> tuple[str, list[str], dict[str, str]] | None:
@@ -288,6 +289,11 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
         data["replay"]["flags"] = flags
     router = router_data(captured)
     env, per_arm = replay_env(captured)
+    if any("PYTHONHASHSEED" in e for e in (env, *per_arm.values())):
+        # the replay inherits the seed the script exports for its engine: one for every arm, as the engine's
+        per_arm = {a: {k: v for k, v in e.items() if k != "PYTHONHASHSEED"} for a, e in per_arm.items()}
+        per_arm = {a: e for a, e in per_arm.items() if e}
+        env = dict(sorted({**env, "PYTHONHASHSEED": derived.env_policy["PYTHONHASHSEED"]}.items()))
     if router is not None:
         data["router"] = router
         own = set(router.get("replay-env", {}))  # the router's replay env is its own, never the arms'
