@@ -99,10 +99,10 @@ def test_differences_that_are_no_constant_choice_are_left_for_review(diff: Diffe
 
 
 def test_an_engine_stack_setting_the_replay_inherits_upstream_is_recognised() -> None:
-    from slurmx.commands.recipes import _engine_env_inherited_by_replay
+    from slurmx.upstream.declared import inherited_by_replay
 
     upstream = {("engine", "env PYTORCH_ALLOC_CONF"): "expandable_segments:True", ("engine", "env HF_HUB_CACHE"): "/c"}
     inherited = Difference("replay", "env PYTORCH_ALLOC_CONF", "expandable_segments:True", None)
-    assert _engine_env_inherited_by_replay(inherited, upstream)
-    assert not _engine_env_inherited_by_replay(Difference("replay", "env HF_HUB_CACHE", "/c", None), upstream)  # read
-    assert not _engine_env_inherited_by_replay(Difference("replay", "env PYTORCH_ALLOC_CONF", "x", None), upstream)
+    assert inherited_by_replay(inherited, upstream)
+    assert not inherited_by_replay(Difference("replay", "env HF_HUB_CACHE", "/c", None), upstream)  # read
+    assert not inherited_by_replay(Difference("replay", "env PYTORCH_ALLOC_CONF", "x", None), upstream)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,7 +23,15 @@ from slurmx.recipes.resolve import match_values
 from slurmx.submit.render import point_processes
 from slurmx.submit.resolved import Resolved, resolve_runnable
 from slurmx.upstream.compare import PointCompare, compare_point, stale, undeclared
-from slurmx.upstream.declared import REPLAY_INHERITS_WHY, Declared, is_layout, load_declared, own_choice, render_rows
+from slurmx.upstream.declared import (
+    REPLAY_INHERITS_WHY,
+    Declared,
+    inherited_by_replay,
+    is_layout,
+    load_declared,
+    own_choice,
+    render_rows,
+)  # fmt: skip
 from slurmx.upstream.facts import Difference
 from slurmx.upstream.importer import (
     Captured,
@@ -212,26 +219,10 @@ def generic_rows(tree: Path, key: str, jobs: Path) -> tuple[list[Difference], di
                 continue
             if is_layout(d) or own_choice(d):
                 found.add(d)
-            elif _engine_env_inherited_by_replay(d, c.upstream):
+            elif inherited_by_replay(d, c.upstream):
                 reasons[d] = REPLAY_INHERITS_WHY
                 found.add(d)
     return sorted(found, key=lambda d: (d.process, d.item, d.upstream or "", d.slurmx or "")), reasons
-
-
-# settings of the engines' own stacks (each engine's, torch, NCCL, Triton): aiperf, which the script's shell hands
-# them too, reads none of them
-ENGINE_SIDE_ENV = tuple(
-    f"env {prefix}"
-    for prefix in (*(p for e in engines.REGISTRY.values() for p in e.env_prefixes), "PYTORCH_", "TORCH_", "NCCL_",
-                   "CUDA_", "TRITON_")
-)  # fmt: skip
-
-
-def _engine_env_inherited_by_replay(d: Difference, upstream: Mapping[tuple[str, str], str]) -> bool:
-    """The replay has, upstream, an engine-stack setting of the same point's engine, which slurmx gives the
-    engine only."""
-    replay_only = d.process == "replay" and d.slurmx is None and d.item.startswith(ENGINE_SIDE_ENV)
-    return replay_only and d.upstream is not None and upstream.get(("engine", d.item)) == d.upstream
 
 
 def run_import(args: argparse.Namespace) -> int:

@@ -247,13 +247,8 @@ def _set_worker_shape(result: Result, point: Point) -> None:
         setattr(result, f"num_{side}_gpu", _worker_gpus(worker))
     if _worker_gpus(point.decode) <= 0:
         # an aggregated config (decode num-worker 0): no decode side, so its parallelism counts for nothing
-        result.decode_tp, result.decode_ep, result.decode_pp, result.decode_dcp_size, result.decode_pcp_size = (
-            0,
-            0,
-            1,
-            1,
-            1,
-        )
+        for name, value in (("tp", 0), ("ep", 0), ("pp", 1), ("dcp_size", 1), ("pcp_size", 1)):
+            setattr(result, f"decode_{name}", value)
     # InferenceX's identity of a disaggregated point: both sides' TP, the wider EP, DP attention on either side
     result.tp = point.prefill.tp + (result.decode_tp or 0)
     result.ep = max(point.prefill.ep, result.decode_ep or 0)

@@ -38,11 +38,16 @@ class PointCompare:
         return f"{self.key} {self.resolved.point.exp_name} ({self.resolved.point.parallelism})"
 
 
+def tree_of(upstream: Upstream) -> Path:
+    """The InferenceX checkout a point's script is in (benchmarks/single_node/agentic/<script>)."""
+    return upstream.script.parents[3]
+
+
 def capture_facts(item: Resolved, upstream: Upstream) -> tuple[Capture, Facts]:
     with tempfile.TemporaryDirectory(prefix="slurmx-upstream-") as work:
         cap = capture(item.point, upstream, Path(work))
         facts = upstream_facts(cap, capture_paths(str(cap.work_dir), upstream.model_path))
-    revision = aiperf_revision(upstream.script.parents[3])  # benchmarks/single_node/agentic/<script> -> DIR
+    revision = aiperf_revision(tree_of(upstream))
     if revision is not None:  # the aiperf fork the tree pins: a moved submodule is a difference
         facts[("provision", "aiperf revision")] = revision
     return cap, facts
@@ -57,7 +62,7 @@ def compare_point(
     launch = upstream.launch
     if launch is not None and launch.why_not is None:  # the launcher level, where its launcher ran
         theirs.update(launch_facts(launch))
-        ours.update(slurmx_launch_facts(item, launch.given, upstream.script.parents[3]))
+        ours.update(slurmx_launch_facts(item, launch.given, tree_of(upstream)))
     return PointCompare(key, item, cap, theirs, ours, differences(theirs, ours), launch)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from slurmx import engines
 from slurmx.config.yamlfile import load_yaml
 from slurmx.errors import ConfigError
 from slurmx.upstream.capture import PORT
@@ -159,7 +160,9 @@ LOOPBACK_URL_WHY = (
     "the servers bind 127.0.0.1 only (see --host), so slurmx names that address; `localhost` can resolve to ::1 "
     "first, where nothing listens"
 )
-LOCAL_URL = re.compile(r"http://(localhost|127\.0\.0\.1):\d+/metrics(,http://(localhost|127\.0\.0\.1):\d+/metrics)*$")
+LOCAL_METRICS_URLS = re.compile(
+    r"http://(localhost|127\.0\.0\.1):\d+/metrics(,http://(localhost|127\.0\.0\.1):\d+/metrics)*$"
+)
 METRICS_URLS_WHY = (
     "benchmark_lib.sh's build_replay_cmd turns this variable into aiperf's --server-metrics flag; slurmx passes "
     "the flag itself (compared as replay --server-metrics)"
@@ -170,6 +173,7 @@ VERSION_WHY = (
     "slurmx reads the installed version back and records it; a mismatch with the pin fails the point at "
     "provisioning. Upstream installs with pip and does not check what landed"
 )
+ENGINE_METRICS = frozenset(f"http://{host}:{PORT}/metrics" for host in ("localhost", "127.0.0.1", "0.0.0.0"))
 ENGINE_METRICS_WHY = (
     "the script names the engine's own /metrics to aiperf (AIPERF_SERVER_METRICS_URLS); aiperf scrapes the "
     "serving endpoint's /metrics by itself and drops the duplicate (benchmark_lib.sh build_replay_cmd), so "
@@ -214,7 +218,7 @@ def own_choice(diff: Difference) -> str | None:
     if local and diff.slurmx == f"http://127.0.0.1{local[1]}":
         return LOOPBACK_URL_WHY
     if (diff.process, diff.item, diff.slurmx) == ("replay", "env AIPERF_SERVER_METRICS_URLS", None):
-        return METRICS_URLS_WHY if LOCAL_URL.match(diff.upstream or "") else None
+        return METRICS_URLS_WHY if LOCAL_METRICS_URLS.match(diff.upstream or "") else None
     default = diff.item in PARALLEL_DEFAULTS and (diff.upstream, diff.slurmx) == ("1", None)
     if diff.process == "engine" and default:
         return PARALLEL_DEFAULT_WHY
@@ -226,12 +230,11 @@ def own_choice(diff: Difference) -> str | None:
         and (diff.slurmx or "").isdigit()
     ):
         return HASH_SEED_WHY
-    engine_metrics = {f"http://{host}:{PORT}/metrics" for host in ("localhost", "127.0.0.1", "0.0.0.0")}
     if (diff.process, diff.item, diff.slurmx) == (
         "replay",
         "--server-metrics",
         None,
-    ) and diff.upstream in engine_metrics:
+    ) and diff.upstream in ENGINE_METRICS:
         return ENGINE_METRICS_WHY
     if (diff.process, diff.item, diff.slurmx) == ("launcher", "env PORT", None) and (diff.upstream or "").isdigit():
         return LAUNCHER_PORT_WHY
@@ -244,6 +247,22 @@ def own_choice(diff: Difference) -> str | None:
         if why is not None:
             return why
     return None
+
+
+# settings of the engines' own stacks (each engine's, torch, NCCL, Triton): aiperf, which the script's shell hands
+# them too, reads none of them
+ENGINE_SIDE_ENV = tuple(
+    f"env {prefix}"
+    for prefix in (*(p for e in engines.REGISTRY.values() for p in e.env_prefixes), "PYTORCH_", "TORCH_", "NCCL_",
+                   "CUDA_", "TRITON_")
+)  # fmt: skip
+
+
+def inherited_by_replay(diff: Difference, upstream: Mapping[tuple[str, str], str]) -> bool:
+    """The replay has, upstream, an engine-stack setting of the same point's engine (`upstream`: that point's
+    facts), which slurmx gives the engine only (REPLAY_INHERITS_WHY)."""
+    replay_only = diff.process == "replay" and diff.slurmx is None and diff.item.startswith(ENGINE_SIDE_ENV)
+    return replay_only and diff.upstream is not None and upstream.get(("engine", diff.item)) == diff.upstream
 
 
 def _names_port(value: str) -> bool:

@@ -23,7 +23,7 @@ from slurmx.flags import Flags
 from slurmx.plan import Point
 from slurmx.recipes.model import REPLAY_BUILT_FLAGS
 from slurmx.store.atomic import write_text
-from slurmx.upstream.capture import PORT, Capture, Upstream, capture
+from slurmx.upstream.capture import PORT, Capture, Started, Upstream, capture
 from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV
 from slurmx.upstream.derive import MAX_NUM_SEQS, SPECULATIVE, Derived, Observed, derive, one_hash_seed, parse_flags
 from slurmx.upstream.facts import capture_paths, provision_facts
@@ -104,9 +104,20 @@ def router_data(captured: Sequence[Captured]) -> dict[str, Any] | None:
     return data
 
 
+def _replay(c: Captured) -> Started | None:
+    """The point's replay: the last `aiperf profile` its script started."""
+    return next((s for s in reversed(c.capture.started) if s.name == "aiperf" and s.argv[:1] == ["profile"]), None)
+
+
 def _replay_delta(c: Captured) -> dict[str, str]:
-    replay = [s for s in c.capture.started if s.name == "aiperf" and "profile" in s.argv[:1]]
-    return replay[-1].env_delta(c.capture.base_env) if replay else {}
+    replay = _replay(c)
+    return replay.env_delta(c.capture.base_env) if replay else {}
+
+
+def _without(per_arm: dict[str, dict[str, str]], names: set[str]) -> dict[str, dict[str, str]]:
+    """Each arm's env less `names`; arms left with none dropped."""
+    kept = {arm: {k: v for k, v in env.items() if k not in names} for arm, env in per_arm.items()}
+    return {arm: env for arm, env in kept.items() if env}
 
 
 def arm_of(point: Point) -> str:
@@ -256,8 +267,8 @@ def replay_flags(captured: Sequence[Captured]) -> Flags:
     one value on every point, or the import is refused (the recipe's replay.flags hold one value)."""
     seen: list[Flags] = []
     for c in captured:
-        replay = [s for s in c.capture.started if s.name == "aiperf" and "profile" in s.argv[:1]]
-        _, flags = parse_flags(replay[-1].argv[1:]) if replay else ([], {})
+        replay = _replay(c)
+        _, flags = parse_flags(replay.argv[1:]) if replay else ([], {})
         seen.append({n: v for n, v in flags.items() if n not in REPLAY_BUILT_FLAGS})
     names = dict.fromkeys(n for flags in seen for n in flags)
     differ = [n for n in names if len({json.dumps(f.get(n), sort_keys=True) for f in seen}) > 1]
@@ -291,15 +302,13 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
     env, per_arm = replay_env(captured)
     if any("PYTHONHASHSEED" in e for e in (env, *per_arm.values())):
         # the replay inherits the seed the script exports for its engine: one for every arm, as the engine's
-        per_arm = {a: {k: v for k, v in e.items() if k != "PYTHONHASHSEED"} for a, e in per_arm.items()}
-        per_arm = {a: e for a, e in per_arm.items() if e}
+        per_arm = _without(per_arm, {"PYTHONHASHSEED"})
         env = dict(sorted({**env, "PYTHONHASHSEED": derived.env_policy["PYTHONHASHSEED"]}.items()))
     if router is not None:
         data["router"] = router
         own = set(router.get("replay-env", {}))  # the router's replay env is its own, never the arms'
         env = {k: v for k, v in env.items() if k not in own}
-        per_arm = {a: {k: v for k, v in e.items() if k not in own} for a, e in per_arm.items()}
-        per_arm = {a: e for a, e in per_arm.items() if e}
+        per_arm = _without(per_arm, own)
     if env:
         data["replay"]["env"] = env
     for arm, extra in per_arm.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import subprocess
 from pathlib import Path
@@ -69,6 +70,7 @@ def git_commit(tree: Path) -> str | None:
 AIPERF = "utils/aiperf"  # InferenceX's aiperf fork, a submodule of its tree
 
 
+@functools.cache  # one git call per checkout, not one per point
 def aiperf_revision(tree: Path) -> str | None:
     """The commit of the aiperf fork DIR replays with: its submodule's gitlink (a git checkout), else None."""
     if not (tree / ".git").exists():
