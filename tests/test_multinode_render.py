@@ -31,7 +31,11 @@ def test_every_tp8_point_renders_four_nodes_head_serving_and_three_headless() ->
             assert "--data-parallel-size-local 1 --data-parallel-address '$HEAD_ADDRESS'" in line
         assert [f"## node {i} of 4: engine" in block for i in (1, 2, 3)] == [True] * 3
         # every node's engine advertises its own (Slurm's NodeAddr), not its default route's interface
-        envs = [line for line in block.splitlines() if line.startswith("# env: ") and "VLLM_USE_RUST" in line]
+        envs = [
+            line
+            for line in block.splitlines()
+            if line.startswith("# env: ") and "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" in line
+        ]
         assert len(envs) == 4 and all("VLLM_HOST_IP='$NODE_ADDRESS'" in line for line in envs), name
         connector = "SimpleCPUOffloadConnector" in block
         assert connector == ("vllm-simple" in block.splitlines()[0]), name

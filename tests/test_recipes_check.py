@@ -92,3 +92,48 @@ def test_a_bad_declared_row_is_one_located_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load_declared(table)
     assert str(raised.value).startswith(f"{table}:6: kind: 'odd' not in")
+
+
+MULTINODE_KEY = "kimik3-fp4-h200-vllm-agentic"
+SRT = Path("benchmarks/multi_node/srt-slurm-recipes/vllm/kimi-k3/agentic")
+BALANCED = SRT / "agg-h200-tp8dp4ep32-balanced-agentic.yaml"
+
+
+@pytest.fixture
+def main_tree(tmp_path: Path) -> Path:
+    """The files of InferenceX's main that the aggregated H200 key's check reads: its masters, the srt-slurm
+    recipes its rows name, the replay script srtctl runs and its lib."""
+    source = FIXTURES / "repo-main"
+    copy = tmp_path / "inferencex"
+    needed = [*NEEDED[:3], Path("benchmarks/benchmark_lib.sh"), Path("benchmarks/multi_node/agentic_srt.sh")]
+    needed += [SRT / p.name for p in (source / SRT).glob("agg-h200-*.yaml")]
+    for name in needed:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source / name, copy / name)
+    return copy
+
+
+def test_an_edited_srt_slurm_recipe_is_named_on_exactly_its_points(main_tree: Path, tmp_path: Path) -> None:
+    # the drift gate for a multinode key: its srt-slurm recipe is the upstream side, flag by flag
+    proc = slurmx(["recipes", "check", "--inferencex", str(main_tree), MULTINODE_KEY], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("recipes check: 1 keys, 35 points, ")
+    text = (main_tree / BALANCED).read_text()
+    assert text.count("moe-backend: marlin") == 1
+    (main_tree / BALANCED).write_text(text.replace("moe-backend: marlin", "moe-backend: triton"))
+    proc = slurmx(["recipes", "check", "--inferencex", str(main_tree), MULTINODE_KEY], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 12, lines  # the balanced row's 12 concurrencies, not the latency or vllm-simple rows
+    for line in lines:
+        assert line.startswith(f"{MULTINODE_KEY} kimik3_p4x8ep32dpa_d0x8ep32dpa_conc"), line
+        assert "kvdram" not in line and line.endswith(
+            "undeclared: engine --moe-backend: upstream 'triton', slurmx 'marlin'"
+        ), line
+
+
+def test_srt_slurm_renders_a_vllm_config_as_srtctl_does() -> None:
+    from slurmx.upstream.srt import srt_argv
+
+    config = {"max_num_seqs": 8, "enforce-eager": True, "no-async-scheduling": False, "x": None, "ids": [1, 2]}
+    assert srt_argv(config) == ["--enforce-eager", "--ids", "1", "2", "--max-num-seqs", "8"]

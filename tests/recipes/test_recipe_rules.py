@@ -26,7 +26,7 @@ from slurmx.errors import ConfigError
 from slurmx.plan import Point, expand
 from slurmx.process import ServerPorts
 from slurmx.recipes.load import Recipes, arm_flags, load_recipe, load_recipes
-from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS
+from slurmx.recipes.model import HASH_ENV, TOOL_CALL_FLAGS, ConcRule
 from slurmx.recipes.resolve import match_values, resolve
 from slurmx.recipes.spec import DRAFT_PATH
 
@@ -182,6 +182,47 @@ def test_overlapping_per_conc_rules_setting_one_flag_are_refused(tmp_path: Path)
         tmp_path, data, "engine.per-conc.1.flags.--speculative-config", "per-conc", "conc-min", "--speculative-config",
         says="overlapping conc range",
     )  # fmt: skip
+
+
+SPEC_NGRAM = {"--speculative-config": {"method": "ngram"}}
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "overlaps"),
+    [
+        ({"tp": 8}, {"tp": 8}, True),
+        ({"tp": 8}, {"tp": 4}, False),
+        ({"arm": "none"}, {"arm": "lmcache"}, False),
+        ({"arm": "none"}, {"tp": 8}, True),  # a TP8 point on the none arm is selected by both
+        ({"tp": 8, "arm": "none"}, {"tp": 8, "arm": "vllm-simple"}, False),
+    ],
+)  # fmt: skip
+def test_per_conc_rules_selected_by_tp_or_arm_overlap_only_when_one_point_can_match_both(
+    tmp_path: Path, first: dict[str, Any], second: dict[str, Any], overlaps: bool
+) -> None:
+    data = bad()
+    data["engine"]["per-conc"] = [{**first, "flags": SPEC_NGRAM}, {**second, "flags": SPEC_NGRAM}]
+    if overlaps:
+        refused(
+            tmp_path, data, "engine.per-conc.1.flags.--speculative-config", "per-conc", "flags", "flags",
+            "--speculative-config", says="overlapping conc range",
+        )  # fmt: skip
+    else:
+        assert len(load_recipe(write(tmp_path, data)).recipe.engine.per_conc) == 2
+
+
+def test_a_per_conc_rule_naming_an_arm_the_recipe_lacks_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["engine"]["per-conc"][0]["arm"] = "mooncake"
+    refused(tmp_path, data, "engine.per-conc.0.arm", "per-conc", "arm", says="no arm 'mooncake'")
+
+
+def test_per_conc_rules_apply_by_the_points_tp_and_arm() -> None:
+    rule = ConcRule.model_validate({"tp": 16, "arm": "none", "conc-max": 12})
+    assert rule.applies(12, 16, "none")
+    assert not rule.applies(12, 8, "none")
+    assert not rule.applies(12, 16, "vllm-simple")
+    assert not rule.applies(14, 16, "none")
 
 
 @pytest.mark.parametrize("flag", ["--tensor-parallel-size", "--max-num-seqs", "--kv-transfer-config"])

@@ -22,7 +22,7 @@ from slurmx.plan import Point
 from slurmx.recipes.resolve import match_values
 from slurmx.submit.render import point_processes
 from slurmx.submit.resolved import Resolved, resolve_runnable
-from slurmx.upstream.compare import PointCompare, compare_point, stale, undeclared
+from slurmx.upstream.compare import PointCompare, compare_multinode, compare_point, stale, undeclared
 from slurmx.upstream.declared import (
     REPLAY_INHERITS_WHY,
     Declared,
@@ -75,7 +75,9 @@ def inferencex_inputs(tree: Path, keys: list[str], jobs: Path | None) -> Inputs:
 
 
 def default_engine_agentic(point: Point) -> bool:
-    return point.framework == engines.default().name and point.scenario == "agentic-coding" and not point.multinode
+    """A point `recipes` reads upstream for: the default engine's agentic points, single-node or aggregated
+    multinode (its srt-slurm recipe; upstream/srt.py)."""
+    return point.framework == engines.default().name and point.scenario == "agentic-coding" and not point.disagg
 
 
 def _keys(inputs: Inputs, named: list[str], need_recipe: bool) -> list[str]:
@@ -109,10 +111,14 @@ def check_keys(tree: Path, inputs: Inputs, keys: list[str]) -> tuple[list[PointC
         skipped += [f"{key} {p.exp_name}: {why}" for p, why in refused]
         jobs += [(key, item) for item in resolved]
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        compared = list(
-            pool.map(lambda j: compare_point(j[0], j[1], upstream_for(tree, j[1].point), point_processes), jobs)
-        )
+        compared = list(pool.map(lambda j: compare_one(tree, j[0], j[1]), jobs))
     return compared, skipped
+
+
+def compare_one(tree: Path, key: str, item: Resolved) -> PointCompare:
+    if item.point.multinode:
+        return compare_multinode(key, item, tree, point_processes)
+    return compare_point(key, item, upstream_for(tree, item.point), point_processes)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -229,6 +235,11 @@ def run_import(args: argparse.Namespace) -> int:
     inputs = inferencex_inputs(args.inferencex, args.keys, args.jobs)
     jobs = args.jobs or paths.jobs_dir()
     keys = _keys(inputs, args.keys, need_recipe=False)
+    multinode = [k for k in keys if inputs.key_points(k)[0].multinode]
+    for key in multinode:  # said, not refused: `check` reads its srt-slurm recipes (upstream/srt.py)
+        print(f"slurmx: recipes import: skipped {key}: an aggregated multinode key runs srt-slurm recipes, not a "
+              "script: its recipe is written from them and `recipes check` compares it", file=sys.stderr)  # fmt: skip
+    keys = [k for k in keys if k not in multinode]
     for error in inputs.errors:
         print(f"slurmx: error: {error}", file=sys.stderr)
     refused = 0

@@ -52,6 +52,10 @@ def _check(file: RecipeFile) -> None:
     _check_flag_places(file, engine.tool_call_flags if recipe.scenario == "agentic-coding" else ())
     _check_hash_policy(file)
     for rule_index, rule in enumerate(recipe.engine.per_conc):
+        if rule.arm is not None and rule.arm not in file.arms:
+            raise file.error(
+                ("engine", "per-conc", rule_index, "arm"), f"no arm {rule.arm!r} (have: {', '.join(file.arms)})"
+            )
         for name in rule.env:
             if name in HASH_ENV or name in engine.hash_env or name in recipe.env_policy:
                 raise file.error(
@@ -62,7 +66,7 @@ def _check(file: RecipeFile) -> None:
             if name in base:
                 raise file.error(("engine", "per-conc", rule_index, "flags", name), f"{name} is already a base flag")
             for arm_name, arm in file.arms.items():
-                if name in arm.add:
+                if name in arm.add and rule.arm in (None, arm_name):
                     raise file.error(
                         ("engine", "per-conc", rule_index, "flags", name), f"{name} is also added by arm {arm_name}"
                     )
@@ -100,9 +104,13 @@ def _check(file: RecipeFile) -> None:
 
 
 def _overlap(a: ConcRule, b: ConcRule) -> bool:
+    """Whether one point can be selected by both rules: overlapping conc ranges, compatible TP and arm."""
     lo = max(a.conc_min or 1, b.conc_min or 1)
     hi = min(a.conc_max or 1 << 30, b.conc_max or 1 << 30)
-    return lo <= hi
+    apart = (a.tp is not None and b.tp is not None and a.tp != b.tp) or (
+        a.arm is not None and b.arm is not None and a.arm != b.arm
+    )
+    return lo <= hi and not apart
 
 
 def _flag_places(file: RecipeFile) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:

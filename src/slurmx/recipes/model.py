@@ -51,15 +51,23 @@ class Match(_Model):
 
 class ConcRule(_Model):
     """Flags and engine env that apply when conc-min <= conc <= conc-max (e.g. speculative depth by load, an
-    allocator setting at high concurrency)."""
+    allocator setting at high concurrency), and only at one worker TP size or on one arm where `tp` or `arm`
+    is given (InferenceX's multinode rows each carry their own srt-slurm recipe)."""
 
     conc_min: PositiveInt | None = None
     conc_max: PositiveInt | None = None
+    tp: PositiveInt | None = None  # the worker's tensor parallelism (a multinode point's prefill worker)
+    arm: str | None = None  # the kv-offload arm ("none" without one)
     flags: Flags = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)  # the engine's env on these concurrencies
 
-    def applies(self, conc: int) -> bool:
-        return (self.conc_min is None or conc >= self.conc_min) and (self.conc_max is None or conc <= self.conc_max)
+    def applies(self, conc: int, tp: int | None = None, arm: str | None = None) -> bool:
+        return (
+            (self.conc_min is None or conc >= self.conc_min)
+            and (self.conc_max is None or conc <= self.conc_max)
+            and (self.tp is None or self.tp == tp)
+            and (self.arm is None or self.arm == arm)
+        )
 
 
 class Engine(_Model):

@@ -12,7 +12,7 @@ from slurmx.errors import ConfigError, UserError
 from slurmx.flags import render_flags
 from slurmx.plan import NodeLayout, Point
 from slurmx.recipes.load import RecipeFile, Recipes, arm_flags
-from slurmx.recipes.model import Match, Recipe
+from slurmx.recipes.model import ConcRule, Match, Recipe
 from slurmx.recipes.spec import DRAFT_PATH, Implementation, RouterSpec, ServingSpec
 
 
@@ -96,19 +96,24 @@ def find_recipe(point: Point, recipes: Recipes) -> RecipeFile:
 def _engine_flags(recipe: Recipe, arm: Arm, point: Point, engine: Engine) -> list[str]:
     """Base flags with the arm's changes, the EP flags, per-conc rules, what the engine sizes and parallelism."""
     flags = arm_flags(recipe, arm)
-    ep = point.prefill.ep if point.multinode and point.prefill is not None else point.ep
-    if ep > 1:
+    worker = point.prefill if point.multinode and point.prefill is not None else point
+    if worker.ep > 1:
         flags.update(recipe.engine.ep_flags)
-    for rule in recipe.engine.per_conc:
-        if rule.applies(point.conc):
-            flags.update(rule.flags)
+    for rule in per_point_rules(recipe, point):
+        flags.update(rule.flags)
     flags, after = engine.sized_flags(flags, recipe.engine.sizing(), point.conc, DRAFT_PATH)
     return render_flags(flags) + engine.parallel_flags(point) + after
 
 
-def conc_env(recipe: Recipe, conc: int) -> dict[str, str]:
-    """The engine env the recipe's per-conc rules set at this concurrency."""
-    return {k: v for rule in recipe.engine.per_conc if rule.applies(conc) for k, v in rule.env.items()}
+def per_point_rules(recipe: Recipe, point: Point) -> list[ConcRule]:
+    """The recipe's per-conc rules that select this point (its concurrency, its worker's TP, its arm)."""
+    tp = point.prefill.tp if point.multinode and point.prefill is not None else point.tp
+    return [rule for rule in recipe.engine.per_conc if rule.applies(point.conc, tp, point.backend_name)]
+
+
+def conc_env(recipe: Recipe, point: Point) -> dict[str, str]:
+    """The engine env the recipe's per-conc rules set for this point."""
+    return {k: v for rule in per_point_rules(recipe, point) for k, v in rule.env.items()}
 
 
 def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
@@ -161,7 +166,7 @@ def resolve(
         model=recipe.model_path or point.model,
         served_model_name=recipe.served_model_name or point.model,
         engine_flags=flags,
-        env={**recipe.env_policy, **arm.env, **conc_env(recipe, point.conc)},
+        env={**recipe.env_policy, **arm.env, **conc_env(recipe, point)},
         block_size=recipe.engine.block_size,
         health_path=recipe.engine.health_path or engine.health_path,
         startup_timeout_s=recipe.engine.startup_timeout_s,

@@ -167,7 +167,9 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
     bin_dir, home, workspace = work / "bin", work / "home", work / "workspace"
     _stand_ins(bin_dir)
     home.mkdir()
-    workspace.mkdir()
+    # the lib where a multinode replay script sources it ($INFMAX_CONTAINER_WORKSPACE/benchmarks/)
+    (workspace / "benchmarks").mkdir(parents=True)
+    (workspace / "benchmarks" / "benchmark_lib.sh").write_text(upstream.lib.read_text())
     log = work / "standin.jsonl"
     base = launcher_env(point, upstream, work / "result", home)
     env = {

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmx.errors import UserError
 from slurmx.process import Process
 from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import Capture, Upstream, capture
@@ -20,8 +21,9 @@ from slurmx.upstream.facts import (
     slurmx_launch_facts,
     upstream_facts,
 )
-from slurmx.upstream.inferencex import aiperf_revision
-from slurmx.upstream.launcher import Launch, launch_facts
+from slurmx.upstream.inferencex import LIB, aiperf_revision
+from slurmx.upstream.launcher import LAUNCHER, Launch, launch_facts, sandboxed
+from slurmx.upstream.srt import ENGINE, SrtRecipe, config_file, engine_facts, read_recipe, request_facts
 
 
 @dataclass
@@ -64,6 +66,57 @@ def compare_point(
         theirs.update(launch_facts(launch))
         ours.update(slurmx_launch_facts(item, launch.given, tree_of(upstream)))
     return PointCompare(key, item, cap, theirs, ours, differences(theirs, ours), launch)
+
+
+# the allocation items an srt-slurm recipe declares (the rest of srtctl's request comes from the srtslurm.yaml
+# its launcher writes, which is not read here): only these are compared on either side
+SRT_REQUEST = frozenset({"slurm --time", "slurm --nodes", "slurm --gpus-per-node", "slurm --gres", "slurm --exclusive"})
+SRT_COMPARED = frozenset({ENGINE, "replay", "provision"})  # the head's engine, the replay, what is installed
+
+
+def srt_upstream(item: Resolved, tree: Path, recipe: SrtRecipe) -> Upstream:
+    """The replay's run: benchmark.command's InferenceX script with benchmark.env, its cluster paths in the
+    capture's sandbox; the frontend's port is each tool's own (the capture's PORT, as for a script)."""
+    script = recipe.replay_script
+    if script is None:
+        raise UserError(f"{recipe.path}: benchmark.command runs no script of the checkout")
+    env = tuple((k, sandboxed(v)) for k, v in recipe.replay_env.items() if k != "PORT")
+    return Upstream(tree / script, tree / LIB, "", env)
+
+
+def per_conc_paths(value: str, item: Resolved, recipe: SrtRecipe) -> str:
+    """agentic_srt.sh files each concurrency under `$RESULT_DIR/conc_N` as `<RESULT_FILENAME>_concN`: compared
+    as placeholders, as a single-node capture's result dir is."""
+    point, base = item.point, recipe.replay_env.get("RESULT_DIR", "")
+    if base:
+        value = value.replace(f"{base}/conc_{point.conc}", "$RESULT_DIR")
+    return value.replace(f"{point.exp_name}_conc{point.conc}", "$RESULT_FILENAME_conc$CONC")
+
+
+def compare_multinode(
+    key: str, item: Resolved, tree: Path, processes: Callable[[Resolved], list[Process]]
+) -> PointCompare:
+    """An aggregated multinode point against the srt-slurm recipe its row names (upstream/srt.py): the head's
+    engine flags and env, its readiness window, the replay (benchmark.command, captured), the request."""
+    path = config_file(tree, item.point)
+    if path is None:
+        raise UserError(
+            f"{item.point.config_key} {item.point.exp_name}: the row names no CONFIG_FILE (its srt-slurm recipe)"
+        )
+    recipe = read_recipe(path)
+    upstream = srt_upstream(item, tree, recipe)
+    cap, captured = capture_facts(item, upstream)
+    theirs = {k: per_conc_paths(v, item, recipe) for k, v in captured.items() if k[0] in SRT_COMPARED - {ENGINE}}
+    theirs.update(engine_facts(recipe))
+    theirs.update(request_facts(recipe))
+    started = processes(item)
+    ours = {k: v for k, v in point_facts(item, started, True).items() if k[0] in SRT_COMPARED}
+    head = next(p for p in started if p.name == ENGINE)
+    ours[(ENGINE, "startup timeout s")] = str(int(head.ready_timeout_s))
+    request = slurmx_launch_facts(item, {})
+    ours.update({k: v for k, v in request.items() if k[0] == LAUNCHER and k[1] in SRT_REQUEST})
+    ours[(LAUNCHER, "container image")] = item.point.image
+    return PointCompare(key, item, cap, theirs, ours, differences(theirs, ours))
 
 
 def undeclared(compared: list[PointCompare], table: list[Declared]) -> list[tuple[PointCompare, Difference]]:
