@@ -50,6 +50,10 @@ def _check(file: RecipeFile) -> None:
                     ("engine", "flags"), f"agentic recipe lacks {flag}: tool-call requests would get HTTP 400"
                 )
     _check_flag_places(file, engine.tool_call_flags if recipe.scenario == "agentic-coding" else ())
+    if recipe.engine.dp_attn_max_num_seqs_per_conc and not recipe.engine.max_num_seqs_per_conc:
+        raise file.error(
+            ("engine", "dp-attn-max-num-seqs-per-conc"), "sizes DP-attention points only: set max-num-seqs-per-conc"
+        )
     _check_hash_policy(file)
     for rule_index, rule in enumerate(recipe.engine.per_conc):
         for name in rule.env:
@@ -100,9 +104,10 @@ def _check(file: RecipeFile) -> None:
 
 
 def _overlap(a: ConcRule, b: ConcRule) -> bool:
+    """Some point both rules apply to: their conc ranges meet, on one side of DP attention at least."""
     lo = max(a.conc_min or 1, b.conc_min or 1)
     hi = min(a.conc_max or 1 << 30, b.conc_max or 1 << 30)
-    return lo <= hi
+    return lo <= hi and (None in (a.dp_attn, b.dp_attn) or a.dp_attn == b.dp_attn)
 
 
 def _flag_places(file: RecipeFile) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:

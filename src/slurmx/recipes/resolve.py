@@ -100,15 +100,15 @@ def _engine_flags(recipe: Recipe, arm: Arm, point: Point, engine: Engine) -> lis
     if ep > 1:
         flags.update(recipe.engine.ep_flags)
     for rule in recipe.engine.per_conc:
-        if rule.applies(point.conc):
+        if rule.applies(point.conc, point.dp_attn):
             flags.update(rule.flags)
-    flags, after = engine.sized_flags(flags, recipe.engine.sizing(), point.conc, DRAFT_PATH)
+    flags, after = engine.sized_flags(flags, recipe.engine.sizing(point.dp_attn), point.conc, DRAFT_PATH)
     return render_flags(flags) + engine.parallel_flags(point) + after
 
 
-def conc_env(recipe: Recipe, conc: int) -> dict[str, str]:
-    """The engine env the recipe's per-conc rules set at this concurrency."""
-    return {k: v for rule in recipe.engine.per_conc if rule.applies(conc) for k, v in rule.env.items()}
+def conc_env(recipe: Recipe, conc: int, dp_attn: bool) -> dict[str, str]:
+    """The engine env the recipe's per-conc rules set at this concurrency and DP attention."""
+    return {k: v for rule in recipe.engine.per_conc if rule.applies(conc, dp_attn) for k, v in rule.env.items()}
 
 
 def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
@@ -161,7 +161,7 @@ def resolve(
         model=recipe.model_path or point.model,
         served_model_name=recipe.served_model_name or point.model,
         engine_flags=flags,
-        env={**recipe.env_policy, **arm.env, **conc_env(recipe, point.conc)},
+        env={**recipe.env_policy, **arm.env, **conc_env(recipe, point.conc, point.dp_attn)},
         block_size=recipe.engine.block_size,
         health_path=recipe.engine.health_path or engine.health_path,
         startup_timeout_s=recipe.engine.startup_timeout_s,
@@ -175,4 +175,5 @@ def resolve(
         conc=point.conc,
         duration_s=point.duration_s or 3600,
         draft_model=recipe.engine.draft_model,
+        provision=recipe.provision,
     )
