@@ -4,6 +4,7 @@ unchanged tree rewrites nothing (bytes and mtime). Then `check` over every impor
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -23,6 +24,7 @@ NEEDED = (
     Path("runners/launch_b200-dgxc.sh"), Path("benchmarks/benchmark_lib.sh"), SCRIPT,
     Path(".github/workflows/benchmark-tmpl.yml"),  # the env the launcher runs with (HF_HUB_CACHE, ...)
 )  # fmt: skip
+REVIEWED = Path(__file__).resolve().parents[1] / "jobs" / "differences"  # the repo's declared rows, reviewed ones too
 # every key imported into jobs/ and the fixture tree it came from (CI runs check over each)
 IMPORTED = {
     KEY: "repo-main",
@@ -30,6 +32,8 @@ IMPORTED = {
     "dsv4-fp4-b200-vllm-agentic-mtp": "repo-main",
     "minimaxm3-fp8-mi325x-vllm-agentic-mtp": "repo-main",
     "dsv4-fp4-b300-vllm-agentic-mtp": "repo-main",
+    "dsv4-fp4-mi355x-vllm-agentic-mtp": "repo-main",
+    "kimik3-fp4-mi355x-vllm-agentic-mtp": "repo-main",
 }
 
 pytestmark = pytest.mark.slow
@@ -105,6 +109,61 @@ def test_an_amd_script_imports_its_sizing_and_replay_flags(tmp_path: Path, fixtu
     assert recipe["engine"]["max-num-seqs-per-conc"] == 2
     assert "--max-num-seqs" not in recipe["engine"]["flags"]
     assert recipe["replay"]["flags"] == {"--apply-chat-template": True}
+
+
+def _import(key: str, jobs: Path, tree: Path, cwd: Path) -> None:
+    proc = slurmx(["recipes", "import", "--inferencex", str(tree), key, "--jobs", str(jobs)], cwd=cwd)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_dp_attention_script_imports_rules_of_its_side_and_check_finds_them(tmp_path: Path, fixtures: Path) -> None:
+    """dsv4_fp4_mi355x_vllm_mtp.sh's DEP point (DP attention with ep 1) adds two scheduler flags and sizes
+    --max-num-seqs at CONC where pure TP has 2 x CONC: per-conc rules with dp-attn and a DP-attention k. check
+    then finds those flags on the DP point only; without the rule it names them."""
+    jobs, key, tree = tmp_path / "jobs", "dsv4-fp4-mi355x-vllm-agentic-mtp", fixtures / "repo-main"
+    _import(key, jobs, tree, tmp_path)
+    path = jobs / "dsv4_fp4_mi355x_vllm_mtp.yaml"
+    recipe = yaml.safe_load(path.read_text())
+    engine = recipe["engine"]
+    assert (engine["max-num-seqs-per-conc"], engine["dp-attn-max-num-seqs-per-conc"]) == (2, 1)
+    assert engine["per-conc"] == [
+        {"dp-attn": True, "flags": {"--prefill-schedule-interval": 8, "--long-prefill-token-threshold": 16384}}
+    ]
+    assert recipe["provision"] == {"pip": [{"packages": ["Pillow", "fastapi", "uvicorn"], "flags": ["--quiet"]}]}
+    shutil.copy(REVIEWED / "dsv4_fp4_mi355x_vllm_mtp.yaml", jobs / "differences")
+    check = ["recipes", "check", "--inferencex", str(tree), key, "--jobs", str(jobs)]
+    proc = slurmx(check, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    del engine["per-conc"]
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    proc = slurmx(check, cwd=tmp_path)
+    assert proc.returncode == 1
+    lines = [line for line in proc.stdout.splitlines() if "undeclared: engine" in line]
+    assert len(lines) == 2 and all("dsv4_tp8_conc64" in line and "dp-attn" not in line for line in lines)
+    assert any("--prefill-schedule-interval: upstream '8', slurmx None" in line for line in lines)
+
+
+def test_a_container_patch_script_is_a_provisioning_step_check_compares(tmp_path: Path, fixtures: Path) -> None:
+    """kimik3_fp4_mi355x_mtp.sh runs its sibling apply_k3_container_patches.sh: the recipe's provision runs that
+    file of the checkout, pinned to the digest imported; check compares the step, so another file is named."""
+    jobs, key, tree = tmp_path / "jobs", "kimik3-fp4-mi355x-vllm-agentic-mtp", fixtures / "repo-main"
+    _import(key, jobs, tree, tmp_path)
+    path = jobs / "kimik3_fp4_mi355x_vllm_mtp.yaml"
+    recipe = yaml.safe_load(path.read_text())
+    patch = "benchmarks/single_node/agentic/apply_k3_container_patches.sh"
+    digest = hashlib.sha256((tree / patch).read_bytes()).hexdigest()
+    assert recipe["provision"] == {"scripts": [{"path": patch, "program": "bash", "sha256": digest}]}
+    shutil.copy(REVIEWED / "kimik3_fp4_mi355x_vllm_mtp.yaml", jobs / "differences")
+    check = ["recipes", "check", "--inferencex", str(tree), key, "--jobs", str(jobs)]
+    proc = slurmx(check, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recipe["provision"]["scripts"][0]["sha256"] = "0" * 64  # a recipe reviewed against another file
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    proc = slurmx(check, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert f"undeclared: provision run {patch}: upstream 'bash sha256:{digest}', slurmx 'bash sha256:{'0' * 64}'" in (
+        proc.stdout
+    )
 
 
 def _git(tree: Path, *args: str) -> None:

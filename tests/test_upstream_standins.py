@@ -3,11 +3,14 @@ server-metrics export (benchmark_lib.sh's required-prefix check) finds one, writ
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from slurmx.inputs import load_inputs
-from slurmx.upstream.capture import capture
+from slurmx.upstream.capture import ScriptRun, capture
+from slurmx.upstream.facts import capture_paths, upstream_facts
 from slurmx.upstream.inferencex import upstream_for
+from slurmx.upstream.standin import SITE_PACKAGES
 
 KEY = "minimaxm3-fp8-h200-vllm-agentic-mtp"  # its script sets AIPERF_REQUIRED_SERVER_METRIC_PREFIX
 
@@ -30,19 +33,50 @@ def test_a_script_that_checks_the_server_metrics_export_runs_to_the_end(fixtures
     assert (sandbox / "models--MiniMaxAI--MiniMax-M3-MXFP8" / "snapshots" / "standin" / "config.json").exists()
 
 
-def test_the_amd_scripts_gpu_checks_pass_and_a_failure_names_its_cause(fixtures: Path, tmp_path: Path) -> None:
+def test_the_amd_scripts_gpu_checks_pass_and_the_container_patch_script_acts_on_a_sandbox(
+    fixtures: Path, tmp_path: Path
+) -> None:
     """rocm-smi's stand-in answers what the scripts grep (idle VRAM, the MEC firmware) under set -euo pipefail;
-    kimik3_fp4_mi355x_mtp.sh then stops at its container patch script, which the capture does not stage, and
-    the failure says so in one line (the error the command wrote, not a trace line)."""
+    kimik3_fp4_mi355x_mtp.sh then runs its sibling apply_k3_container_patches.sh, staged beside it: the patch
+    script resolves the image's packages to a sandbox site-packages (never this machine's), writes its diffs in
+    the run's own tmp, and the run is recorded with the digest of InferenceX's file."""
     tree, key = fixtures / "repo-main", "kimik3-fp4-mi355x-vllm-agentic-mtp"
     point = load_inputs(None, None, [key], inferencex=tree).key_points(key)[0]
-    cap = capture(point, upstream_for(tree, point), tmp_path / "work")
+    upstream = upstream_for(tree, point)
+    cap = capture(point, upstream, tmp_path / "work")
     assert "GPUs clean (vram%max=0" in cap.log
-    assert cap.returncode == 127
-    assert (
-        cap.failure().startswith("upstream script exited 127 (bash: ")
-        and "apply_k3_container_patches.sh" in cap.failure()
+    assert cap.returncode == 0, cap.failure()
+    patch = upstream.script.parent / "apply_k3_container_patches.sh"
+    digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+    assert cap.runs == (ScriptRun("bash", "benchmarks/single_node/agentic/apply_k3_container_patches.sh", (), digest),)
+    site = cap.work_dir / "root" / SITE_PACKAGES.lstrip("/")
+    assert f"[embed] ROOT={site}" in cap.log and (site / "vllm").is_dir() and (site / "aiter").is_dir()
+    assert (cap.work_dir / "tmp" / "k3_embed" / "MLA_GLUON.diff").is_file()  # its WS, not this machine's /tmp
+    assert "APPLIED (git apply)" in cap.log and "[embed] DONE" in cap.log
+    facts = upstream_facts(cap, capture_paths(str(cap.work_dir), upstream.model_path))
+    assert facts[("provision", "run benchmarks/single_node/agentic/apply_k3_container_patches.sh")] == (
+        f"bash sha256:{digest}"
     )
+
+
+def test_a_script_runs_its_siblings_staged_and_a_missing_one_names_its_cause(fixtures: Path, tmp_path: Path) -> None:
+    from slurmx.upstream.capture import Upstream
+
+    point = load_inputs(None, None, [KEY], inferencex=fixtures / "repo-main").key_points(KEY)[0]
+    agentic = tmp_path / "ix" / "benchmarks" / "single_node" / "agentic"
+    agentic.mkdir(parents=True)
+    script, helper, lib = agentic / "s.sh", agentic / "helper.sh", tmp_path / "lib.sh"
+    script.write_text('set -e\nbash "$(dirname "$0")/helper.sh" --quick\nvllm serve m >/dev/null 2>&1 &\n')
+    helper.write_text('[ "$1" = --quick ] && python3 -m pip install tabulate\n')
+    lib.write_text("")
+    cap = capture(point, Upstream(script, lib, ""), tmp_path / "work")
+    assert cap.returncode == 0, cap.log
+    digest = hashlib.sha256(helper.read_bytes()).hexdigest()
+    assert cap.runs == (ScriptRun("bash", "benchmarks/single_node/agentic/helper.sh", ("--quick",), digest),)
+    assert [s.name for s in cap.started] == ["bash", "python3", "vllm"]  # the helper ran, on the stand-ins
+    helper.unlink()  # not there upstream: the failure names it, in one line
+    failed = capture(point, Upstream(script, lib, ""), tmp_path / "again")
+    assert failed.returncode == 127 and "helper.sh" in failed.failure() and failed.runs == ()
 
 
 def test_a_script_failing_once_on_timing_is_captured_again_and_says_so(fixtures: Path, tmp_path: Path) -> None:

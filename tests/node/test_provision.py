@@ -186,3 +186,47 @@ def test_the_production_replay_reads_the_dataset_from_the_provisioned_hub_cache(
     ports = ServerPorts(engine=1, named={"lmcache": 2, "lmcache-http": 3})
     replay = replay_process(spec, ports, runtime, Path("/a"), None, 0)
     assert replay.env["HF_HOME"] == "/hf"  # where provisioning's "download dataset" put it
+
+
+def test_an_upstream_script_runs_from_the_mounted_checkout_once_it_is_the_file_imported(tmp_path: Path) -> None:
+    """A recipe's provision script (a container patch script) runs, by its program and arguments, from the
+    checkout the container mounts at /workspace, after its sha256 is checked; the recipe's pip group is one pip."""
+    import hashlib
+    import subprocess
+
+    from slurmx.recipes.model import PipInstall, Provision, UpstreamScript
+
+    script = tmp_path / "benchmarks" / "patch.sh"
+    script.parent.mkdir()
+    script.write_text('echo "patched $1" > "$(dirname "$0")/done"\n')
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()
+    wanted = UpstreamScript(path="benchmarks/patch.sh", args=["--quick"], sha256=digest)
+    spec = _spec().model_copy(update={"provision": Provision(
+        pip=[PipInstall(packages=["Pillow", "fastapi"], flags=["--quiet"])], scripts=[wanted])})  # fmt: skip
+    mounted = PyxisRuntime(squash_dir="/sq", image="i", container_mounts=(f"{tmp_path}:/workspace",))
+    steps = {s.item: s for s in provision.plan(spec, mounted)}
+    assert (
+        steps["pip install Pillow"].value == "Pillow --quiet"
+        and steps["pip install fastapi"].value == "fastapi --quiet"
+    )
+    assert steps["pip install Pillow"].process is steps["pip install fastapi"].process  # one pip installs the group
+    assert steps["pip install Pillow"].process.argv[-5:] == ["pip", "install", "--quiet", "Pillow", "fastapi"]
+    run = steps["run benchmarks/patch.sh"]
+    assert run.value == f"bash --quick sha256:{digest}"
+    argv = run.process.argv[run.process.argv.index("python3") :]
+    assert argv[3:] == ["/workspace/benchmarks/patch.sh", digest, "bash", "--quick"]
+    # the step's own program, here on this machine's checkout (the container's /workspace is tmp_path)
+    local = [sys.executable, "-c", argv[2], str(script), *argv[4:]]
+    done = subprocess.run(local, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (script.parent / "done").read_text() == "patched --quick\n"
+    script.write_text(script.read_text() + "# moved upstream\n")  # another file than the one imported: refused
+    done = subprocess.run(local, capture_output=True, text=True)
+    assert done.returncode == 1 and f"the recipe was imported from {digest}" in done.stderr
+    # no checkout mounted, or a runtime that installs nothing: the point fails rather than serve unpatched
+    bare = {s.item: s for s in provision.plan(spec, PyxisRuntime(squash_dir="/sq", image="i"))}
+    assert "mounts none" in bare["run benchmarks/patch.sh"].process.argv[-1]
+    venv = {s.item: s for s in provision.plan(spec, _venv(tmp_path))}
+    assert "pip install Pillow" not in venv
+    failed = subprocess.run(venv["run benchmarks/patch.sh"].process.argv, capture_output=True, text=True)
+    assert failed.returncode == 1 and "installs nothing" in failed.stderr

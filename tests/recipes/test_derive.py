@@ -9,11 +9,13 @@ SEED = {"PYTHONHASHSEED": "0"}
 
 
 def point(arm: str = "none", conc: int = 1, ep: int = 1, tp: int = 8, env: dict[str, str] | None = None,
-          **flags: object) -> Observed:  # fmt: skip
+          dp: bool | None = None, **flags: object) -> Observed:  # fmt: skip
     named: Flags = {"--" + k.replace("_", "-"): v for k, v in flags.items()}  # type: ignore[misc]  # test values
+    dp_attn = ep > 1 if dp is None else dp
     return Observed(
-        f"{arm}-tp{tp}-ep{ep}-c{conc}", arm, tp, ep, ep > 1, conc, named, dict(SEED) if env is None else env
-    )
+        f"{arm}-tp{tp}-ep{ep}{'-dp' * dp_attn}-c{conc}", arm, tp, ep, dp_attn, conc, named,
+        dict(SEED) if env is None else env,
+    )  # fmt: skip
 
 
 def test_base_is_what_every_point_shares() -> None:
@@ -128,3 +130,41 @@ def test_engine_env_on_concurrency_ranges_is_a_per_conc_rule() -> None:
 def test_engine_env_following_nothing_is_a_misfit() -> None:
     points = [point(conc=1, env={**SEED, "X": "a"}), point(conc=1, env={**SEED, "X": "b"})]
     assert [m.item for m in derive(points).misfits] == ["env X"]
+
+
+def test_flags_and_env_that_follow_dp_attention_are_rules_of_their_side() -> None:
+    # dsv4_fp4_mi355x_vllm_mtp.sh's DEP scheduler flags (DP attention with ep 1, so no EP rule) and b300's pure-TP
+    # allreduce branch; conc 64 runs on both sides, so no concurrency range could hold them
+    dep = {"prefill_schedule_interval": 8, "long_prefill_token_threshold": 16384}
+    alloc, allreduce = {**SEED, "PYTORCH_ALLOC_CONF": "expandable_segments:True"}, {**SEED, "ALLREDUCE": "1"}
+    points = [*(point(conc=c, env=allreduce, disable_custom_all_reduce=True) for c in (1, 8, 64)),
+              point(conc=64, dp=True, env=alloc, **dep), point(conc=128, dp=True, env=alloc, **dep)]  # fmt: skip
+    got = derive(points)
+    assert not got.misfits and not got.ep_flags and got.env_policy == SEED
+    assert [(r.conc_min, r.conc_max, r.dp_attn, r.flags, r.env) for r in got.per_conc] == [
+        (None, None, False, {"--disable-custom-all-reduce": True}, {"ALLREDUCE": "1"}),
+        (None, None, True, {"--prefill-schedule-interval": 8, "--long-prefill-token-threshold": 16384},
+         {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}),
+    ]  # fmt: skip
+
+
+def test_a_flag_on_concurrency_ranges_of_one_dp_attention_side() -> None:
+    # DEP4 at 48-64 and DEP8 from 128 take another prefill budget; pure TP at 64 passes none
+    points = [point(conc=64), point(conc=128), point(conc=64, dp=True, max_num_batched_tokens=8192),
+              point(conc=128, dp=True, max_num_batched_tokens=16384)]  # fmt: skip
+    got = derive(points)
+    assert not got.misfits
+    assert [(r.conc_min, r.conc_max, r.dp_attn, r.flags) for r in got.per_conc] == [
+        (None, 64, True, {"--max-num-batched-tokens": 8192}),
+        (128, None, True, {"--max-num-batched-tokens": 16384}),
+    ]
+
+
+def test_max_num_seqs_takes_its_own_k_on_dp_attention_points() -> None:
+    # MAX_NUM_SEQS=$((2 * CONC)), and "$CONC" under DP_ATTENTION: one k per side
+    points = [point(conc=c, max_num_seqs=2 * c) for c in (1, 8, 64)] + [point(conc=64, dp=True, max_num_seqs=64)]
+    got = derive(points)
+    assert (got.max_num_seqs_per_conc, got.dp_attn_max_num_seqs_per_conc) == (2, 1)
+    assert not got.misfits and not got.per_conc and "--max-num-seqs" not in got.flags
+    one_side = derive([point(conc=c, max_num_seqs=2 * c) for c in (1, 8)])
+    assert (one_side.max_num_seqs_per_conc, one_side.dp_attn_max_num_seqs_per_conc) == (2, None)

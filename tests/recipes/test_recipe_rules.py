@@ -219,10 +219,35 @@ def test_a_per_conc_rule_naming_an_arm_the_recipe_lacks_is_refused(tmp_path: Pat
 
 def test_per_conc_rules_apply_by_the_points_tp_and_arm() -> None:
     rule = ConcRule.model_validate({"tp": 16, "arm": "none", "conc-max": 12})
-    assert rule.applies(12, 16, "none")
-    assert not rule.applies(12, 8, "none")
-    assert not rule.applies(12, 16, "vllm-simple")
-    assert not rule.applies(14, 16, "none")
+    assert rule.applies(12, False, 16, "none")
+    assert not rule.applies(12, False, 8, "none")
+    assert not rule.applies(12, False, 16, "vllm-simple")
+    assert not rule.applies(14, False, 16, "none")
+
+
+def test_per_conc_rules_of_the_two_dp_attention_sides_never_overlap(tmp_path: Path) -> None:
+    """A DP-attention rule and a pure-TP rule may set one flag on the same concurrencies (no point has both);
+    a rule for both sides still overlaps either."""
+    data = bad()
+    data["engine"]["per-conc"] = [
+        {"dp-attn": side, "flags": {"--max-num-batched-tokens": 8192}} for side in (True, False)
+    ]
+    rules = load_recipe(write(tmp_path, data)).recipe.engine.per_conc
+    assert [r.applies(64, True) for r in rules] == [True, False] and [r.applies(64, False) for r in rules] == [
+        False,
+        True,
+    ]
+    data["engine"]["per-conc"].append({"conc-min": 64, "flags": {"--max-num-batched-tokens": 8192}})
+    refused(tmp_path, data, "engine.per-conc.2.flags.--max-num-batched-tokens", "per-conc", "conc-min",
+            "--max-num-batched-tokens", says="overlapping conc range")  # fmt: skip
+
+
+def test_a_dp_attention_k_without_the_base_k_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    del data["engine"]["max-num-seqs-per-conc"]
+    data["engine"]["dp-attn-max-num-seqs-per-conc"] = 1
+    refused(tmp_path, data, "engine.dp-attn-max-num-seqs-per-conc", "engine", "dp-attn-max-num-seqs-per-conc",
+            says="set max-num-seqs-per-conc")  # fmt: skip
 
 
 @pytest.mark.parametrize("flag", ["--tensor-parallel-size", "--max-num-seqs", "--kv-transfer-config"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -230,6 +231,11 @@ def suggest(name: str, choices: list[str]) -> str:
 WORKSPACE = "/workspace"  # where InferenceX's launchers mount the checkout ($GITHUB_WORKSPACE) in the container
 
 
+def mounts_workspace(container_mounts: Sequence[str]) -> bool:
+    """Whether these pyxis mounts (`host:container[:flags]`) put a checkout at WORKSPACE."""
+    return any(m.split(":")[1:2] == [WORKSPACE] for m in container_mounts)
+
+
 def with_workspace(clusters: Clusters, checkout: Path) -> Clusters:
     """A pyxis profile that mounts no InferenceX checkout gets the user's (--inferencex DIR) at /workspace, as
     the launchers mount theirs, and replays with its aiperf fork (utils/aiperf) as their scripts do."""
@@ -237,7 +243,7 @@ def with_workspace(clusters: Clusters, checkout: Path) -> Clusters:
         runtime = profile.runtime
         if runtime is None or runtime.kind != "pyxis" or runtime.aiperf_source:
             continue
-        if any(m.split(":")[1:2] == [WORKSPACE] for m in runtime.container_mounts):
+        if mounts_workspace(runtime.container_mounts):
             continue
         mounts = [*runtime.container_mounts, f"{checkout.resolve()}:{WORKSPACE}"]
         update = {"container_mounts": mounts, "aiperf_source": f"{WORKSPACE}/utils/aiperf"}

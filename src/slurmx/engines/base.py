@@ -109,6 +109,9 @@ class Engine(Protocol):
     upstream_programs: Mapping[str, str]
     cache_env: tuple[str, ...]  # env naming the engine's own cache directory, which launchers hand the container
     env_prefixes: tuple[str, ...]  # the engine's own settings' names begin so (the drift check's engine-side env)
+    # the Python packages its images hold that a script's container patch resolves and patches (the capture's
+    # sandbox site-packages has them)
+    image_packages: tuple[str, ...]
     metrics: EngineMetrics
     kv_pool_log: KvPoolLog
     hash_env: frozenset[str]  # env that decides the engine's prefix-cache block keys (recipe-wide only)

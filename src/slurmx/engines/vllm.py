@@ -69,6 +69,7 @@ class VLLM:
     upstream_programs: Mapping[str, str] = MappingProxyType({"vllm": "engine", "vllm-router": "router"})
     cache_env: tuple[str, ...] = ("VLLM_CACHE_ROOT",)
     env_prefixes: tuple[str, ...] = ("VLLM_",)
+    image_packages: tuple[str, ...] = ("vllm", "aiter")  # aiter: the ROCm images' kernels, beside vllm
     loads_connectors = True
     # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
     spec_methods = frozenset({"none", "mtp"})
@@ -209,14 +210,16 @@ def transfer_config(offload: KvOffload) -> dict[str, Any]:
 
 
 def server_parallel_flags(tp: int, ep: int, dp_attn: bool, pp: int = 1, dcp_size: int = 1) -> list[str]:
-    """vLLM's parallel flags of one server (a single-node point, or one disaggregated worker): DEP runs
-    data-parallel attention with expert parallelism, otherwise tensor parallelism (experts when ep > 1)."""
-    if dp_attn:
-        flags = ["--tensor-parallel-size", "1", "--data-parallel-size", str(tp), "--enable-expert-parallel"]
-    else:
-        flags = ["--tensor-parallel-size", str(tp)]
-        if ep > 1:
-            flags.append("--enable-expert-parallel")
+    """vLLM's parallel flags of one server (a single-node point, or one disaggregated worker): data-parallel
+    attention over tp ranks, otherwise tensor parallelism; experts spread when ep > 1 (InferenceX's scripts pass
+    --enable-expert-parallel on EP_SIZE > 1 alone: dsv4-fp4-mi355x runs DP attention with ep 1)."""
+    flags = (
+        ["--tensor-parallel-size", "1", "--data-parallel-size", str(tp)]
+        if dp_attn
+        else ["--tensor-parallel-size", str(tp)]
+    )
+    if ep > 1:
+        flags.append("--enable-expert-parallel")
     if pp > 1:
         flags += ["--pipeline-parallel-size", str(pp)]
     if dcp_size > 1:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,22 @@ _REVISION = (
     "print(json.dumps({'aiperf_revision': sha or None}))\n"
 )
 
+# An upstream script of the checkout, run as the InferenceX script runs it once it is the file the recipe was
+# imported from (a patch script that changed upstream would patch something no one reviewed).
+_RUN = (
+    "import hashlib, os, sys\n"
+    "path, digest, program, *args = sys.argv[1:]\n"
+    "if not os.path.isfile(path): sys.exit(f'{path} is not in the InferenceX checkout')\n"
+    "found = hashlib.sha256(open(path, 'rb').read()).hexdigest()\n"
+    "if found != digest: sys.exit(f'{path} has sha256 {found}, the recipe was imported from {digest}')\n"
+    "os.execvp(program, [program, path, *args])\n"
+)
+
+
+def script_value(program: str, args: Sequence[str], sha256: str) -> str:
+    """How an upstream script's run is named (both sides of `recipes check`): its program, arguments and digest."""
+    return " ".join([program, *args, f"sha256:{sha256}"])
+
 
 @dataclass(frozen=True)
 class Step:
@@ -137,6 +154,7 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
             steps.append(_step(runtime, f"pip install {dist}", value, [py, "-m", "pip", "install", *flags, pin],
                                INSTALL_TIMEOUT_S))  # fmt: skip
         steps.append(_step(runtime, f"version {dist}", version, [py, "-c", _VERSION, dist, version]))
+    steps += _recipe_steps(spec, runtime)
     modules = backend.import_checks(spec.backend, spec.engine)
     if modules:
         code = "; ".join(f"import {m}" for m in modules)
@@ -172,6 +190,35 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
         if dataset:
             steps.append(_step(runtime, f"download dataset {dataset}", "hf cache",
                                [py, "-c", _FETCH, "dataset", dataset, "-", may], fetch_timeout))  # fmt: skip
+    return steps
+
+
+def _recipe_steps(spec: ServingSpec, runtime: Runtime) -> list[Step]:
+    """The recipe's own provisioning: its pip installs (where the runtime installs), then the upstream scripts it
+    runs from the runtime's InferenceX checkout (a runtime that installs nothing or has no checkout fails the point:
+    serving unpatched would measure another engine)."""
+    py = runtime.engine_python
+    steps: list[Step] = []
+    for pip in spec.provision.pip if runtime.installs else ():
+        first = len(steps)
+        for package in pip.packages:
+            item, value = f"pip install {package.split('==')[0]}", " ".join([package, *sorted(pip.flags)])
+            if len(steps) == first:
+                argv = [py, "-m", "pip", "install", *pip.flags, *pip.packages]
+                steps.append(_step(runtime, item, value, argv, INSTALL_TIMEOUT_S))
+            else:  # one pip process installs the group
+                steps.append(Step(item, value, steps[first].process, INSTALL_TIMEOUT_S))
+    checkout = runtime.inferencex_dir()
+    for script in spec.provision.scripts:
+        item, value = f"run {script.path}", script_value(script.program, script.args, script.sha256)
+        if runtime.installs and checkout:
+            argv = [py, "-c", _RUN, f"{checkout}/{script.path}", script.sha256, script.program, *script.args]
+        else:
+            why = f"the recipe runs {script.path} from InferenceX's checkout; this runtime " + (
+                "mounts none" if runtime.installs else "installs nothing (its environment is not the job's own)"
+            )
+            argv = [py, "-c", f"import sys; sys.exit({why!r})"]
+        steps.append(_step(runtime, item, value, argv, INSTALL_TIMEOUT_S))
     return steps
 
 

@@ -50,6 +50,10 @@ def _check(file: RecipeFile) -> None:
                     ("engine", "flags"), f"agentic recipe lacks {flag}: tool-call requests would get HTTP 400"
                 )
     _check_flag_places(file, engine.tool_call_flags if recipe.scenario == "agentic-coding" else ())
+    if recipe.engine.dp_attn_max_num_seqs_per_conc and not recipe.engine.max_num_seqs_per_conc:
+        raise file.error(
+            ("engine", "dp-attn-max-num-seqs-per-conc"), "sizes DP-attention points only: set max-num-seqs-per-conc"
+        )
     _check_hash_policy(file)
     for rule_index, rule in enumerate(recipe.engine.per_conc):
         if rule.arm is not None and rule.arm not in file.arms:
@@ -104,11 +108,12 @@ def _check(file: RecipeFile) -> None:
 
 
 def _overlap(a: ConcRule, b: ConcRule) -> bool:
-    """Whether one point can be selected by both rules: overlapping conc ranges, compatible TP and arm."""
+    """Some point both rules apply to: their conc ranges meet, on one side of DP attention at least, at one TP
+    size and on one arm where both name one."""
     lo = max(a.conc_min or 1, b.conc_min or 1)
     hi = min(a.conc_max or 1 << 30, b.conc_max or 1 << 30)
-    apart = (a.tp is not None and b.tp is not None and a.tp != b.tp) or (
-        a.arm is not None and b.arm is not None and a.arm != b.arm
+    apart = any(
+        x is not None and y is not None and x != y for x, y in ((a.dp_attn, b.dp_attn), (a.tp, b.tp), (a.arm, b.arm))
     )
     return lo <= hi and not apart
 

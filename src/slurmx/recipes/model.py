@@ -51,20 +51,24 @@ class Match(_Model):
 
 class ConcRule(_Model):
     """Flags and engine env that apply when conc-min <= conc <= conc-max (e.g. speculative depth by load, an
-    allocator setting at high concurrency), and only at one worker TP size or on one arm where `tp` or `arm`
-    is given (InferenceX's multinode rows each carry their own srt-slurm recipe)."""
+    allocator setting at high concurrency), on the points whose data-parallel attention is `dp-attn` when set
+    (a script's `if DP_ATTENTION` branch: DEP's scheduler flags, the allreduce of pure TP), and only at one worker
+    TP size or on one arm where `tp` or `arm` is given (InferenceX's multinode rows each carry their own srt-slurm
+    recipe)."""
 
     conc_min: PositiveInt | None = None
     conc_max: PositiveInt | None = None
+    dp_attn: bool | None = None  # None: DP-attention and other points alike
     tp: PositiveInt | None = None  # the worker's tensor parallelism (a multinode point's prefill worker)
     arm: str | None = None  # the kv-offload arm ("none" without one)
     flags: Flags = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)  # the engine's env on these concurrencies
 
-    def applies(self, conc: int, tp: int | None = None, arm: str | None = None) -> bool:
+    def applies(self, conc: int, dp_attn: bool, tp: int | None = None, arm: str | None = None) -> bool:
+        within = (self.conc_min is None or conc >= self.conc_min) and (self.conc_max is None or conc <= self.conc_max)
         return (
-            (self.conc_min is None or conc >= self.conc_min)
-            and (self.conc_max is None or conc <= self.conc_max)
+            within
+            and self.dp_attn in (None, dp_attn)
             and (self.tp is None or self.tp == tp)
             and (self.arm is None or self.arm == arm)
         )
@@ -78,6 +82,8 @@ class Engine(_Model):
     startup_timeout_s: PositiveInt = 1800
     flags: Flags
     max_num_seqs_per_conc: PositiveInt | None = None  # --max-num-seqs = this x conc
+    # on data-parallel-attention points, when it differs there (default: max-num-seqs-per-conc)
+    dp_attn_max_num_seqs_per_conc: PositiveInt | None = None
     # --max-cudagraph-capture-size = --max-num-seqs (decode graphs up to the largest batch)
     capture_size_is_max_num_seqs: bool = False
     # With drafting, capture sizes are in tokens: one graph per batch of 1..max-num-seqs sequences, each
@@ -89,10 +95,12 @@ class Engine(_Model):
     draft_model: str | None = None
     per_conc: list[ConcRule] = Field(default_factory=list)
 
-    def sizing(self) -> RecipeSizing:
+    def sizing(self, dp_attn: bool = False) -> RecipeSizing:
+        """The sizing of a point with (or without) data-parallel attention."""
+        per_conc = self.dp_attn_max_num_seqs_per_conc if dp_attn and self.dp_attn_max_num_seqs_per_conc else None
         return RecipeSizing(
             block_size=self.block_size,
-            max_num_seqs_per_conc=self.max_num_seqs_per_conc,
+            max_num_seqs_per_conc=per_conc or self.max_num_seqs_per_conc,
             capture_size_is_max_num_seqs=self.capture_size_is_max_num_seqs,
             capture_tokens_per_seq=self.capture_tokens_per_seq,
             draft_model=self.draft_model,
@@ -165,6 +173,31 @@ class RouterRecipe(_Model):
     startup_timeout_s: PositiveInt = 300
 
 
+class PipInstall(_Model):
+    """Packages the script pip-installs before serving beyond any pin slurmx types (a nightly image's missing
+    runtime deps); provisioning installs them where the runtime installs (the job's own container)."""
+
+    packages: list[str] = Field(min_length=1)
+    flags: list[str] = Field(default_factory=list)  # pip's options, as the script passes them
+
+
+class UpstreamScript(_Model):
+    """A file of InferenceX's tree the script runs before serving (a container patch script): provisioning runs
+    it, by the same program and arguments, from the checkout the runtime mounts, once it is the file reviewed."""
+
+    path: str = Field(pattern=r"^[^/].*[^/]$")  # relative to the InferenceX checkout
+    program: Literal["bash", "python3", "python"] = "bash"
+    args: list[str] = Field(default_factory=list)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # of the file imported; another file fails the point
+
+
+class Provision(_Model):
+    """What the script provisions beyond the typed pins (backend, router): `recipes import` reads it."""
+
+    pip: list[PipInstall] = Field(default_factory=list)
+    scripts: list[UpstreamScript] = Field(default_factory=list)
+
+
 class Recipe(_Model):
     recipe: str
     match: Match
@@ -177,6 +210,7 @@ class Recipe(_Model):
     arms: dict[str, dict[str, Any]]
     replay: Replay
     router: RouterRecipe | None = None
+    provision: Provision = Field(default_factory=Provision)
 
     @field_validator("env_policy")
     @classmethod

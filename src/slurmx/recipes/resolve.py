@@ -101,14 +101,14 @@ def _engine_flags(recipe: Recipe, arm: Arm, point: Point, engine: Engine) -> lis
         flags.update(recipe.engine.ep_flags)
     for rule in per_point_rules(recipe, point):
         flags.update(rule.flags)
-    flags, after = engine.sized_flags(flags, recipe.engine.sizing(), point.conc, DRAFT_PATH)
+    flags, after = engine.sized_flags(flags, recipe.engine.sizing(point.dp_attn), point.conc, DRAFT_PATH)
     return render_flags(flags) + engine.parallel_flags(point) + after
 
 
 def per_point_rules(recipe: Recipe, point: Point) -> list[ConcRule]:
-    """The recipe's per-conc rules that select this point (its concurrency, its worker's TP, its arm)."""
+    """The recipe's per-conc rules that select this point (its concurrency, DP attention, worker TP, arm)."""
     tp = point.prefill.tp if point.multinode and point.prefill is not None else point.tp
-    return [rule for rule in recipe.engine.per_conc if rule.applies(point.conc, tp, point.backend_name)]
+    return [r for r in recipe.engine.per_conc if r.applies(point.conc, point.dp_attn, tp, point.backend_name)]
 
 
 def conc_env(recipe: Recipe, point: Point) -> dict[str, str]:
@@ -180,4 +180,5 @@ def resolve(
         conc=point.conc,
         duration_s=point.duration_s or 3600,
         draft_model=recipe.engine.draft_model,
+        provision=recipe.provision,
     )

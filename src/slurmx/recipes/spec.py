@@ -11,7 +11,7 @@ from slurmx import backends, engines
 from slurmx.backends import AnyBackendSpec, Backend
 from slurmx.engines import DEFAULT as DEFAULT_ENGINE
 from slurmx.engines import Engine
-from slurmx.recipes.model import Replay
+from slurmx.recipes.model import Provision, Replay
 
 DRAFT_PATH = "{draft_model_path}"  # replaced by the draft's local path where the runtime is known
 
@@ -62,6 +62,7 @@ class ServingSpec(BaseModel):
     draft_model: str | None = None  # under the runtime's model root; DRAFT_PATH in engine_flags stands for it
     nodes: int = 1  # > 1: one engine across nodes, the head serving and the others headless (docs/multinode.md)
     ranks_per_node: int = 1  # data-parallel engine ranks on each node of a multinode engine
+    provision: Provision = Provision()  # the recipe's own provisioning beyond the typed pins
 
     @property
     def implementation(self) -> Implementation:

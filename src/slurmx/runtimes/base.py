@@ -78,6 +78,10 @@ class Runtime:
     def from_profile(cls, profile: RuntimeProfile, image: str | None) -> Self:
         raise NotImplementedError
 
+    def inferencex_dir(self) -> str | None:
+        """Where the point's processes see an InferenceX checkout (its scripts run from there), or None."""
+        return None
+
     def model_path(self, model: str) -> str:
         return str(Path(self.model_root) / model) if self.model_root else model
 

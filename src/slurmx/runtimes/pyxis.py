@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 from slurmx.config.clusters import RuntimeProfile
+from slurmx.config.load import WORKSPACE, mounts_workspace
 from slurmx.runtimes.base import Runtime
 
 # aiperf's own environment inside the job's container: never the engine's site-packages (aiperf's
@@ -48,6 +49,10 @@ class PyxisRuntime(Runtime):
         venv = AIPERF_VENV
         return replace(runtime, aiperf_source=profile.aiperf_source, aiperf_bin=f"{venv}/bin/aiperf",
                        aiperf_python=f"{venv}/bin/python")  # fmt: skip
+
+    def inferencex_dir(self) -> str | None:
+        # the checkout mounted at /workspace (config.load.with_workspace), as InferenceX's launchers mount theirs
+        return WORKSPACE if mounts_workspace(self.container_mounts) else None
 
     def squash_path(self) -> str:
         return str(Path(self.squash_dir or ".") / squash_name(self.image or "image"))

@@ -1,7 +1,8 @@
 """Run an upstream InferenceX agentic script for one point under recording stand-ins; return what it started.
 
-The script and its benchmark_lib.sh are copied into InferenceX's tree layout (the script sources
-`$(dirname $0)/../../benchmark_lib.sh`) and run by bash, unchanged, with the env InferenceX's
+The script, its benchmark_lib.sh and the files beside it are copied into InferenceX's tree layout (the
+script sources `$(dirname $0)/../../benchmark_lib.sh` and runs siblings such as a container patch script
+by `$(dirname $0)/...`) and run by bash, unchanged, with the env InferenceX's
 launcher and workflow give a point, and a PATH whose first directory holds stand-ins for every
 program the scripts start (slurmx/upstream/standin.py). Each started program's argv and full env is
 the reference: what InferenceX really runs, from its own code.
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +30,7 @@ from slurmx import engines
 from slurmx.node import procscan
 from slurmx.plan import Point
 from slurmx.upstream.launcher import Launch, workflow_env
+from slurmx.upstream.standin import REAL_BASH  # `bash` on the capture's PATH is a stand-in
 
 # the servers the scripts start and keep running, by the slurmx process each one is: every engine's, and the
 # backends' own (the stand-ins and the facts compared both read this one table)
@@ -38,7 +42,12 @@ SERVERS: dict[str, str] = {
 SERVER_STANDINS = tuple(SERVERS)
 STANDINS = (
     *SERVER_STANDINS, "aiperf", "python3", "python", "hf", "uv", "git", "nvidia-smi", "rocm-smi", "amd-smi", "curl", "nm", "ldd", "apt-get",
+    "bash",  # recorded, then the real bash: which of the tree's own scripts the script runs
 )  # fmt: skip
+SCRIPT_PROGRAMS = ("bash", "python3", "python")  # what a script runs a file of the tree with
+# a sibling script's scratch dir that defaults to a fixed path of this machine (apply_k3_container_patches.sh's
+# WS=/tmp/k3_embed): under capture, in the run's own tmp
+SCRATCH_ENV = (("WS", "k3_embed"),)
 PORT = 8888  # the launchers' srun --export=ALL,PORT=8888
 POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
 
@@ -69,7 +78,18 @@ class Started:
         return {k: v for k, v in self.env.items() if base.get(k) != v and k not in _SHELL_NOISE}
 
 
-_SHELL_NOISE = {"SHLVL", "_", "PWD", "OLDPWD", "STANDIN_LOG", "STANDIN_BIN"}
+_SHELL_NOISE = {"SHLVL", "_", "PWD", "OLDPWD", "STANDIN_LOG", "STANDIN_BIN", "STANDIN_PACKAGES"}
+IMAGE_PACKAGES = ",".join(dict.fromkeys(p for e in engines.REGISTRY.values() for p in e.image_packages))
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """A file of InferenceX's tree the script ran (`bash "$(dirname "$0")/apply_k3_container_patches.sh"`)."""
+
+    program: str  # bash, python3
+    path: str  # relative to the tree
+    args: tuple[str, ...]
+    sha256: str  # of the file as staged (InferenceX's own)
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,7 @@ class Capture:
     log: str
     work_dir: Path = Path()  # where this run's files lay (its result dir, the staged model, the sandbox)
     retried: str | None = None  # a first run's failure, when a second run of the same script passed
+    runs: tuple[ScriptRun, ...] = ()  # the tree's own files it ran, in order
 
     def named(self, name: str) -> list[Started]:
         return [s for s in self.started if s.name == name]
@@ -156,9 +177,24 @@ def capture(point: Point, upstream: Upstream, work: Path, timeout_s: float = 120
     return replace(again, retried=first.failure()) if again.returncode == 0 else first
 
 
+def _runs(started: list[Started], tree: Path) -> tuple[ScriptRun, ...]:
+    """The staged tree's files among what the script started (while they are still there, for their digest)."""
+    runs = []
+    for s in started:
+        target = Path(s.argv[0]) if s.name in SCRIPT_PROGRAMS and s.argv else None
+        if target is not None and target.is_absolute() and target.is_relative_to(tree) and target.is_file():
+            digest = hashlib.sha256(target.read_bytes()).hexdigest()
+            runs.append(ScriptRun(s.name, str(target.relative_to(tree)), tuple(s.argv[1:]), digest))
+    return tuple(runs)
+
+
 def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float) -> Capture:
-    agentic = work / "ix" / "benchmarks" / "single_node" / "agentic"
+    tree = work / "ix"
+    agentic = tree / "benchmarks" / "single_node" / "agentic"
     agentic.mkdir(parents=True)
+    for sibling in upstream.script.parent.iterdir():  # what it runs from its own directory, as InferenceX has it
+        if sibling.is_file() and sibling != upstream.script:
+            shutil.copy(sibling, agentic / sibling.name)
     script = agentic / f"{point.model_prefix}_{point.precision}_script.sh"
     script.write_text(upstream.script.read_text())
     (work / "ix" / "benchmarks" / "benchmark_lib.sh").write_text(upstream.lib.read_text())
@@ -179,10 +215,13 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
         "INFMAX_CONTAINER_WORKSPACE": str(workspace),
         "STANDIN_LOG": str(log),
         "STANDIN_BIN": str(bin_dir),
+        "STANDIN_PACKAGES": IMAGE_PACKAGES,
     }
+    scratch = {name: str(work / "tmp" / leaf) for name, leaf in SCRATCH_ENV}
+    env.update(scratch)
     (work / "tmp").mkdir()
     proc = subprocess.Popen(
-        ["bash", str(script)], cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [REAL_BASH, str(script)], cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True, text=True,
     )  # fmt: skip
     try:
@@ -198,5 +237,5 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
         row = ast.literal_eval(line)
         started.append(Started(row["name"], row["argv"], row["env"]))
     launcher_base = {**base, "PATH": env["PATH"], "TMPDIR": env["TMPDIR"],
-                     "INFMAX_CONTAINER_WORKSPACE": env["INFMAX_CONTAINER_WORKSPACE"]}  # fmt: skip
-    return Capture(started, launcher_base, proc.returncode, output, work)
+                     "INFMAX_CONTAINER_WORKSPACE": env["INFMAX_CONTAINER_WORKSPACE"], **scratch}  # fmt: skip
+    return Capture(started, launcher_base, proc.returncode, output, work, runs=_runs(started, tree))

@@ -4,8 +4,9 @@ Pure: the input is one `Observed` per point (its arm, parallelism, concurrency, 
 and env as the capture saw them); the output is the recipe's engine rules (base flags, per-arm deltas,
 EP flags, per-concurrency rules, the computed sizings) or the points and flags no rule fits. Each flag
 is placed by the first rule that reproduces it on every point: one value everywhere (base), one value
-per arm (arm delta), present exactly on EP points (ep-flags), one value per contiguous range of
-concurrencies (per-conc). Anything else is a `Misfit`: the importer reports it and writes nothing.
+per arm (arm delta), present exactly on EP points (ep-flags), one value per side of data-parallel attention
+(per-conc rules with `dp-attn`), one value per contiguous range of concurrencies (per-conc), such ranges on
+each side of DP attention. Anything else is a `Misfit`: the importer reports it and writes nothing.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class ConcRange:
     conc_max: int | None
     flags: Flags
     env: dict[str, str] = field(default_factory=dict)
+    dp_attn: bool | None = None  # the points of one side of data-parallel attention only
+
+
+Bounds = tuple[int | None, int | None, bool | None]  # a per-conc rule's conc-min, conc-max and dp-attn
 
 
 @dataclass
@@ -75,6 +80,7 @@ class Derived:
     ep_flags: Flags
     per_conc: list[ConcRange]
     max_num_seqs_per_conc: int | None = None
+    dp_attn_max_num_seqs_per_conc: int | None = None  # another k on data-parallel-attention points
     capture_size_is_max_num_seqs: bool = False
     capture_tokens_per_seq: int | None = None
     misfits: list[Misfit] = field(default_factory=list)
@@ -145,19 +151,34 @@ def one_hash_seed(points: Sequence[Observed], default: str) -> tuple[list[Observ
     return seeded, None
 
 
-def _sizing(points: Sequence[Observed], derived: Derived) -> list[Observed]:
-    """Recognise the flags slurmx computes from the concurrency; the points with those flags taken out."""
+def _per_conc(points: Sequence[Observed]) -> int | None:
+    """k when every point passes --max-num-seqs k x conc."""
     seqs = [p.flags.get(MAX_NUM_SEQS) for p in points]
-    if all(isinstance(s, int) for s in seqs) and not _one(seqs):
-        ratios = {s // p.conc if isinstance(s, int) and s % p.conc == 0 else None for s, p in zip(seqs, points)}
-        if len(ratios) == 1 and None not in ratios:
-            derived.max_num_seqs_per_conc = ratios.pop()
-    if derived.max_num_seqs_per_conc is None:
+    ratios = {s // p.conc if isinstance(s, int) and s % p.conc == 0 else None for s, p in zip(seqs, points)}
+    return ratios.pop() if len(ratios) == 1 and None not in ratios else None
+
+
+def _sizing(points: Sequence[Observed], derived: Derived) -> list[Observed]:
+    """Recognise the flags slurmx computes from the concurrency; the points with those flags taken out.
+    --max-num-seqs may be k x conc on every point, or one k without DP attention and another with it."""
+    seqs = [p.flags.get(MAX_NUM_SEQS) for p in points]
+    if not all(isinstance(s, int) for s in seqs) or _one(seqs):
         return list(points)
-    k = derived.max_num_seqs_per_conc
+    k, k_dp = _per_conc(points), None
+    plain, dep = [p for p in points if not p.dp_attn], [p for p in points if p.dp_attn]
+    if k is None and plain and dep and (k := _per_conc(plain)) is not None:
+        k_dp = _per_conc(dep)
+        k = k if k_dp is not None else None
+    if k is None:
+        return list(points)
+    derived.max_num_seqs_per_conc, derived.dp_attn_max_num_seqs_per_conc = k, k_dp
+
+    def max_num_seqs(p: Observed) -> int:
+        return (k_dp if p.dp_attn and k_dp else k) * p.conc
+
     out = []
-    capture_is_seqs = all(p.flags.get(MAX_CAPTURE) == k * p.conc for p in points)
-    tokens = {_capture_tokens(p.flags.get(COMPILATION), k * p.conc) for p in points}
+    capture_is_seqs = all(p.flags.get(MAX_CAPTURE) == max_num_seqs(p) for p in points)
+    tokens = {_capture_tokens(p.flags.get(COMPILATION), max_num_seqs(p)) for p in points}
     per_seq = tokens.pop() if len(tokens) == 1 else None
     derived.capture_size_is_max_num_seqs = capture_is_seqs
     derived.capture_tokens_per_seq = per_seq
@@ -219,7 +240,7 @@ def derive(points: Sequence[Observed], base_arm: str = "none") -> Derived:
     points = _sizing(points, derived)
     env_ranges = _derive_env(points, base, derived)
     names = list(dict.fromkeys(n for p in points for n in p.flags))
-    ranges: dict[tuple[int | None, int | None], Flags] = {}
+    ranges: dict[Bounds, Flags] = {}
     for name in names:
 
         def value(p: Observed, name: str = name) -> object:
@@ -237,17 +258,39 @@ def derive(points: Sequence[Observed], base_arm: str = "none") -> Derived:
         if ep and _one(ep) and ep[0] is not ABSENT and all(value(p) is ABSENT for p in points if p.ep <= 1):
             derived.ep_flags[name] = ep[0]  # type: ignore[assignment]  # not ABSENT: checked
             continue
-        found = conc_ranges([(p.conc, value(p)) for p in points])
+        found = _placed(points, value)
         if found is not None:
-            for low, high, v in found:
+            for bounds, v in found:
                 if v is not ABSENT:
-                    ranges.setdefault((low, high), {})[name] = v  # type: ignore[assignment]  # not ABSENT
+                    ranges.setdefault(bounds, {})[name] = v  # type: ignore[assignment]  # not ABSENT
             continue
-        why = "follows neither the arm, expert parallelism nor contiguous concurrency ranges"
+        why = "follows neither the arm, expert parallelism, DP attention nor contiguous concurrency ranges"
         derived.misfits.append(_misfit(name, why, points, value))
-    bounds = list(dict.fromkeys([*ranges, *env_ranges]))
-    derived.per_conc = [ConcRange(lo, hi, ranges.get((lo, hi), {}), env_ranges.get((lo, hi), {})) for lo, hi in bounds]
+    derived.per_conc = [ConcRange(lo, hi, ranges.get((lo, hi, dp), {}), env_ranges.get((lo, hi, dp), {}), dp)
+                        for lo, hi, dp in dict.fromkeys([*ranges, *env_ranges])]  # fmt: skip
     return derived
+
+
+def _placed(points: Sequence[Observed], value: Callable[[Observed], object]) -> list[tuple[Bounds, object]] | None:
+    """A flag's (or env variable's) per-conc rules, by the first that fits: one value on each side of DP attention
+    (a script's `if DP_ATTENTION` branch), contiguous concurrency ranges over every point, or such ranges on each
+    side of DP attention; None when none fits. ABSENT values are in the list (the caller writes no rule)."""
+    sides = sorted({p.dp_attn for p in points})
+    by_side = {side: [p for p in points if p.dp_attn == side] for side in sides}
+    if len(sides) == 2 and all(_one([value(p) for p in side]) for side in by_side.values()):
+        return [((None, None, side), value(on[0])) for side, on in by_side.items()]
+    found = conc_ranges([(p.conc, value(p)) for p in points])
+    if found is not None:
+        return [((low, high, None), v) for low, high, v in found]
+    if len(sides) < 2:
+        return None
+    out: list[tuple[Bounds, object]] = []
+    for side, on in by_side.items():
+        found = conc_ranges([(p.conc, value(p)) for p in on])
+        if found is None:
+            return None
+        out += [((low, high, side), v) for low, high, v in found]
+    return out
 
 
 def _arm_delta(name: str, by_arm: dict[str, object], base: str, derived: Derived) -> None:
@@ -264,12 +307,11 @@ def _arm_delta(name: str, by_arm: dict[str, object], base: str, derived: Derived
             delta.add[name] = value  # type: ignore[assignment]  # not ABSENT
 
 
-def _derive_env(
-    points: Sequence[Observed], base: str, derived: Derived
-) -> dict[tuple[int | None, int | None], dict[str, str]]:
+def _derive_env(points: Sequence[Observed], base: str, derived: Derived) -> dict[Bounds, dict[str, str]]:
     """env-policy: what every point of every arm sets alike; an arm's env: what all its points add to it; the
-    env set on contiguous concurrency ranges only (returned by range, for the per-conc rules)."""
-    ranges: dict[tuple[int | None, int | None], dict[str, str]] = {}
+    env set on one side of DP attention or on contiguous concurrency ranges only (returned by rule bounds,
+    for the per-conc rules; `_placed`)."""
+    ranges: dict[Bounds, dict[str, str]] = {}
     names = list(dict.fromkeys(n for p in points for n in p.env))
     for name in names:
 
@@ -286,12 +328,12 @@ def _derive_env(
                 if v[0] is not ABSENT:
                     derived.arms[arm].env[name] = str(v[0])
             continue
-        found = conc_ranges([(p.conc, value(p)) for p in points])
+        found = _placed(points, value)
         if found is not None:
-            for low, high, on_range in found:
+            for bounds, on_range in found:
                 if on_range is not ABSENT:
-                    ranges.setdefault((low, high), {})[name] = str(on_range)
+                    ranges.setdefault(bounds, {})[name] = str(on_range)
             continue
-        why = "engine env that is neither the same on every point, an arm's own, nor set on concurrency ranges"
+        why = "engine env that is neither the same on every point, an arm's own, nor set by DP attention or concurrency"
         derived.misfits.append(_misfit(f"env {name}", why, points, value))
     return ranges

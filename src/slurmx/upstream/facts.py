@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmx.node import provision
+from slurmx.node.provision import script_value
 from slurmx.process import Process
 from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.slurm.sbatch import render_sbatch
@@ -145,6 +146,9 @@ def upstream_facts(capture: Capture, paths: Mapping[str, str]) -> Facts:
         inherited = {k: s.env[k] for k in CACHE_ENV if k in s.env}  # the launcher's cache locations
         facts.update(env_facts(name, {**inherited, **s.env_delta(capture.base_env)}, paths))
     facts.update(provision_facts(capture.started, paths))
+    for run in capture.runs:  # the tree's own scripts it ran (a container patch script): provisioning steps
+        facts[("provision", f"run {run.path}")] = script_value(run.program, [_paths(a, paths) for a in run.args],
+                                                               run.sha256)  # fmt: skip
     return facts
 
 

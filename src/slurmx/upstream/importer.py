@@ -201,6 +201,8 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
     engine["block-size"] = block if isinstance(block, int) else 16  # the engine's default block when none is passed
     if derived.max_num_seqs_per_conc is not None:
         engine["max-num-seqs-per-conc"] = derived.max_num_seqs_per_conc
+    if derived.dp_attn_max_num_seqs_per_conc is not None:
+        engine["dp-attn-max-num-seqs-per-conc"] = derived.dp_attn_max_num_seqs_per_conc
     if derived.capture_size_is_max_num_seqs:
         engine["capture-size-is-max-num-seqs"] = True
     if derived.capture_tokens_per_seq is not None:
@@ -213,6 +215,7 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
     if derived.per_conc:
         engine["per-conc"] = [
             {**({"conc-min": r.conc_min} if r.conc_min else {}), **({"conc-max": r.conc_max} if r.conc_max else {}),
+             **({"dp-attn": r.dp_attn} if r.dp_attn is not None else {}),
              **({"flags": _flag_data(r.flags)} if r.flags else {}), **({"env": r.env} if r.env else {})}
             for r in derived.per_conc
         ]  # fmt: skip
@@ -277,6 +280,30 @@ def replay_flags(captured: Sequence[Captured]) -> Flags:
     return {n: seen[0][n] for n in names}
 
 
+def provision_data(captured: Sequence[Captured]) -> dict[str, Any]:
+    """The recipe's `provision`: what the script provisions beyond the typed pins (a `==` pin is the router's or
+    the backend's), alike on every point: its unpinned pip installs (grouped by pip's options) and the files of
+    InferenceX's tree it runs (a container patch script), each with the digest of the file imported."""
+    seen: list[dict[str, Any]] = []
+    for c in captured:
+        pip: dict[tuple[str, ...], list[str]] = {}
+        for (_, item), value in provision_facts(c.capture.started, {}).items():
+            spec, *options = value.split()
+            if item.startswith("pip install ") and "==" not in spec:
+                pip.setdefault(tuple(options), []).append(spec)
+        if any(_placeholders(a, c) != a for r in c.capture.runs for a in r.args):
+            raise ImportRefused(f"{c.point.exp_name}: a script it runs is passed a path of this run")
+        scripts = [{"path": r.path, "program": r.program, **({"args": list(r.args)} if r.args else {}),
+                    "sha256": r.sha256} for r in c.capture.runs]  # fmt: skip
+        groups = [{"packages": specs, **({"flags": list(flags)} if flags else {})} for flags, specs in pip.items()]
+        seen.append({k: v for k, v in (("pip", groups), ("scripts", scripts)) if v})
+    if any(s != seen[0] for s in seen):
+        raise ImportRefused(
+            "the script's pip installs or the scripts it runs differ between points (provision holds one)"
+        )
+    return seen[0]
+
+
 def _alike(envs: list[dict[str, str]]) -> dict[str, str]:
     return dict(sorted((k, v) for k, v in envs[0].items() if all(e.get(k) == v for e in envs)))
 
@@ -313,6 +340,8 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
         data["replay"]["env"] = env
     for arm, extra in per_arm.items():
         data["arms"][arm]["replay-env"] = extra
+    if provision := provision_data(captured):
+        data["provision"] = provision
     return data
 
 

@@ -17,6 +17,10 @@ import sys
 
 FAKE_TORCH_LIB = "/standin/torch/lib"
 REAL_SLEEP = "/bin/sleep"
+REAL_BASH = "/bin/bash"
+# where a container patch script finds the image's engine packages (find_spec): a site-packages under the capture's
+# sandbox (work/root, compared as the cluster path) holding $STANDIN_PACKAGES empty, never this machine's
+SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
 
 
 def _record(name: str, argv: list[str]) -> None:
@@ -36,6 +40,14 @@ def _python(argv: list[str]) -> None:
             print("  --break-system-packages  Allow pip to modify an EXTERNALLY-MANAGED environment.")
     elif argv[:1] == ["-c"] and "torch" in argv[1] and "'lib'" in argv[1]:
         print(FAKE_TORCH_LIB)
+    elif argv[:1] == ["-c"] and "find_spec(" in argv[1]:
+        site = os.path.join(os.path.dirname(os.environ["STANDIN_BIN"]), "root", SITE_PACKAGES.lstrip("/"))
+        for package in os.environ["STANDIN_PACKAGES"].split(","):
+            os.makedirs(os.path.join(site, package), exist_ok=True)
+            with open(os.path.join(site, package, "__init__.py"), "a"):
+                pass
+        sys.path[:] = [site, *(p for p in sys.path if "site-packages" not in p and "dist-packages" not in p)]
+        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
     elif argv[:1] == ["-"]:
         code, work = sys.stdin.read(), os.path.dirname(os.environ["STANDIN_BIN"]) + os.sep
         if argv[1:] and all(os.path.abspath(a).startswith(work) for a in argv[1:]):
@@ -118,6 +130,8 @@ def _aiperf(argv: list[str]) -> None:
 def main() -> None:
     kind, name, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
     _record(name, argv)
+    if name == "bash":  # recorded; the real bash runs it (the tree's own scripts act on the stand-ins too)
+        os.execv(REAL_BASH, ["bash", *argv])
     if kind == "server":
         # alive until the harness ends the script's session (the real sleep: `sleep` on PATH is a stand-in)
         os.execv(REAL_SLEEP, ["sleep", "600"])
