@@ -30,6 +30,8 @@ IMPORTED = {
     "dsv4-fp4-b200-vllm-agentic-mtp": "repo-main",
     "minimaxm3-fp8-mi325x-vllm-agentic-mtp": "repo-main",
     "dsv4-fp4-b300-vllm-agentic-mtp": "repo-main",
+    "minimaxm3-fp8-h100-vllm-agentic-mtp": "repo-main",  # Mooncake's config-file mode
+    "kimik3-fp4-b300-vllm-agentic-dspark": "repo-main",  # config-file mode, its RDMA rail read from the sandbox
 }
 
 pytestmark = pytest.mark.slow
