@@ -34,6 +34,8 @@ IMPORTED = {
     "dsv4-fp4-b300-vllm-agentic-mtp": "repo-main",
     "dsv4-fp4-mi355x-vllm-agentic-mtp": "repo-main",
     "kimik3-fp4-mi355x-vllm-agentic-mtp": "repo-main",
+    "minimaxm3-fp8-h100-vllm-agentic-mtp": "repo-main",  # Mooncake's config-file mode
+    "kimik3-fp4-b300-vllm-agentic-dspark": "repo-main",  # config-file mode, its RDMA rail read from the sandbox
 }
 
 pytestmark = pytest.mark.slow

@@ -20,6 +20,8 @@ class Process:
     # what teardown sends first, before SIGKILL after the grace: SIGTERM, or the signal on which the
     # process stops gracefully (aiperf: SIGINT, on which it writes what it measured)
     stop_signal: signal.Signals = signal.SIGTERM
+    # files the node writes before starting it (path -> text): a config its env names (Mooncake's store)
+    files: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ that it engaged: which counters of its tier say so, and which log lines say it d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
@@ -78,6 +79,28 @@ class LogPattern:
 
 
 @dataclass(frozen=True)
+class ArmCapture:
+    """What one point's upstream script handed an arm's backend, beyond the connector JSON (recipes import):
+    the files its engine's env names (env name -> text, as the engine found them), the flags of each of the
+    backend's own servers it started (slurmx process name -> flags, as a recipe writes them) and the
+    distributions it pip-installs (name -> its requirement and options, as provisioning facts name them)."""
+
+    files: Mapping[str, str] = field(default_factory=dict)
+    servers: Mapping[str, Flags] = field(default_factory=dict)
+    installs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineFile:
+    """A file the node writes into the point's run directory before the engine starts, and the env variable
+    that names it to the engine (Mooncake's embedded-store config)."""
+
+    env: str
+    path: Path
+    text: str
+
+
+@dataclass(frozen=True)
 class TierReading:
     """The tier's own figures over the replay window, from its counters (deltas) and gauges (maxima)."""
 
@@ -95,13 +118,27 @@ class Backend(Protocol[S]):
     log_patterns: tuple[LogPattern, ...]  # known fallback/failure lines of this backend
     distribution: str | None  # the pip distribution kv-offload-backend.version pins (provisioning installs it)
     preloads_torch: bool  # its server needs torch's libraries preloaded (provisioning finds them)
+    own_env: tuple[str, ...]  # engine env the backend sets itself (a recipe may not; import leaves it out)
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         """Rules a recipe arm must obey to run this backend (checked when the recipe loads)."""
         ...
 
-    def knobs_from_connector(self, configs: list[dict[str, Any]], points: list[Point]) -> dict[str, Any]:
-        """The arm knobs that rebuild a script's captured connector JSON (recipes import); ValueError: cannot."""
+    def knobs_from_connector(
+        self, configs: list[dict[str, Any]], points: list[Point], handed: Sequence[ArmCapture] = ()
+    ) -> dict[str, Any]:
+        """The arm knobs that rebuild a script's captured connector JSON, and the files and servers `captured`
+        holds for the same points (recipes import); ValueError: cannot."""
+        ...
+
+    def probes(self, point: Point) -> list[Point]:
+        """Variants of an arm's point (another budget, another TP) whose captures import needs besides the key's
+        own to tell the knobs apart (a size formula one budget cannot pin down); a probe the script refuses is
+        dropped."""
+        ...
+
+    def engine_files(self, spec: S, ports: ServerPorts, run_dir: Path) -> list[EngineFile]:
+        """Files the node writes under `run_dir` before the engine starts, each named to it by an env variable."""
         ...
 
     def spec(self, arm: Arm, point: Point) -> S:
@@ -157,15 +194,24 @@ class BaseBackend(Generic[S]):
     log_patterns: tuple[LogPattern, ...] = ()
     distribution: str | None = None
     preloads_torch: bool = False
+    own_env: tuple[str, ...] = ()
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         return []
 
-    def knobs_from_connector(self, configs: list[dict[str, Any]], points: list[Point]) -> dict[str, Any]:
+    def knobs_from_connector(
+        self, configs: list[dict[str, Any]], points: list[Point], handed: Sequence[ArmCapture] = ()
+    ) -> dict[str, Any]:
         """The arm knobs that rebuild a script's captured connector JSON (recipes import); ValueError: cannot."""
         if configs:
             raise ValueError("the importer cannot derive this backend's knobs from the captured connector JSON yet")
         return {}
+
+    def probes(self, point: Point) -> list[Point]:
+        return []
+
+    def engine_files(self, spec: S, ports: ServerPorts, run_dir: Path) -> list[EngineFile]:
+        return []
 
     def spec(self, arm: Arm, point: Point) -> S:
         raise NotImplementedError

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 from pydantic import Field, field_validator
 
-from slurmx.backends.base import GB, Arm, BackendSpec, BaseBackend, TierReading, backend_version
+from slurmx.backends.base import GB, Arm, ArmCapture, BackendSpec, BaseBackend, TierReading, backend_version
 from slurmx.engines.base import Engine, KvOffload
 from slurmx.plan import Point
 from slurmx.process import ServerPorts
@@ -95,7 +95,9 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
             counters, absent="vLLM's CPU offload counters count bytes, not tokens: no tier-side hit figure"
         )
 
-    def knobs_from_connector(self, configs: list[dict[str, Any]], points: list[Point]) -> dict[str, Any]:
+    def knobs_from_connector(
+        self, configs: list[dict[str, Any]], points: list[Point], handed: Sequence[ArmCapture] = ()
+    ) -> dict[str, Any]:
         """The vllm-simple arm's sizing knobs that rebuild the captured SimpleCPUOffloadConnector JSON."""
         extras = [c.get("kv_connector_extra_config") for c in configs]
         if not extras or not all(isinstance(e, dict) for e in extras):

@@ -36,6 +36,7 @@ from slurmx.upstream.facts import Difference
 from slurmx.upstream.importer import (
     Captured,
     ImportRefused,
+    add_reviewed_flags,
     capture_point,
     header,
     import_key,
@@ -186,10 +187,13 @@ def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoo
     points = inputs.key_points(key)
     captured: list[Captured] = list(pool.map(lambda p: capture_point(p, upstream_for(tree, p)), points))
     data = import_key(key, captured)
-    if (revision := aiperf_revision(tree)) is not None:  # the aiperf fork DIR pins: the node checks it
-        data["replay"]["aiperf-revision"] = revision
     gpu = points[0].runner.removeprefix("cluster:").split("-")[0]
     stem = recipe_stem(points[0], gpu)
+    table = jobs / DIFFERENCES_DIR / f"{stem}.yaml"
+    reviewed = load_declared(table) if table.is_file() else []
+    add_reviewed_flags(key, data, reviewed)
+    if (revision := aiperf_revision(tree)) is not None:  # the aiperf fork DIR pins: the node checks it
+        data["replay"]["aiperf-revision"] = revision
     data["recipe"] = stem.replace("_", "-")
     path = jobs / f"{stem}.yaml"
     clash = inputs.recipes().find(match_values(points[0]))
@@ -198,8 +202,6 @@ def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoo
     text = render_recipe(header(tree, captured[0].upstream, key, today()), data)
     written = write_if_changed(path, text)
     rows, reasons = generic_rows(tree, key, jobs)
-    table = jobs / DIFFERENCES_DIR / f"{stem}.yaml"
-    reviewed = load_declared(table) if table.is_file() else []
     text = render_rows(key, rows, reviewed, reasons)
     rows_written = write_if_changed(table, text) if rows or reviewed else False
     what = (

@@ -121,9 +121,9 @@ class VLLM:
                 ("engine", "flags", "--block-size"), f"differs from engine block-size {sizing.block_size}"
             ))  # fmt: skip
         if sizing.draft_model is not None and not isinstance(flags.get("--speculative-config"), dict):
-            problems.append(
-                RecipeProblem(("engine", "draft-model"), "a draft model needs --speculative-config in the base flags")
-            )
+            problems.append(RecipeProblem(
+                ("engine", "draft-model"), "a draft model needs --speculative-config in the base flags or a per-conc rule"
+            ))  # fmt: skip
         needs_seqs = sizing.capture_tokens_per_seq or sizing.capture_size_is_max_num_seqs
         if needs_seqs and not sizing.max_num_seqs_per_conc:
             problems.append(
@@ -133,11 +133,8 @@ class VLLM:
 
     def sized_flags(self, flags: Flags, sizing: RecipeSizing, conc: int, draft_path: str) -> tuple[Flags, list[str]]:
         flags = dict(flags)
-        if sizing.draft_model is not None:
-            speculative = flags.get("--speculative-config")
-            assert isinstance(speculative, dict), (
-                "a recipe with draft-model sets --speculative-config (checked on load)"
-            )
+        speculative = flags.get("--speculative-config")
+        if sizing.draft_model is not None and isinstance(speculative, dict):  # absent: no drafting at this conc
             flags["--speculative-config"] = {**speculative, "model": draft_path}
         max_num_seqs = sizing.max_num_seqs_per_conc * conc if sizing.max_num_seqs_per_conc else None
         if max_num_seqs and sizing.capture_tokens_per_seq:

@@ -16,9 +16,11 @@ from slurmx.node.replay import production_argv, synthetic_argv
 from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
 from slurmx.recipes.spec import DRAFT_PATH, ServingSpec
 from slurmx.runtimes import Runtime
+from slurmx.store.atomic import write_text
 
 ROUTER = "router"
 ENGINE = "engine"
+REVIEW_RUN_DIR = Path("$POINT_DIR")  # the point's directory as render shows it (the node names the real one)
 
 
 @dataclass
@@ -38,6 +40,13 @@ def placed(process: Process, runtime: Runtime, prefix: list[str]) -> Process:
     if not prefix or process.name in (ENGINE, ROUTER):
         return process
     return replace(process, argv=runtime.place(process.argv, process.name, prefix))
+
+
+def write_files(process: Process) -> None:
+    """The files a process reads at start (its config), written before it starts."""
+    for path, text in process.files.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_text(Path(path), text)
 
 
 def ports_needed(spec: ServingSpec) -> int:
@@ -70,16 +79,20 @@ def launch_plan(
     runtime: Runtime,
     provisioned: Mapping[str, Mapping[str, str]] | None = None,
     part: NodePart | None = None,
+    run_dir: Path = REVIEW_RUN_DIR,
 ) -> LaunchPlan:
     """`provisioned`: env the provisioning step computed on the node, per process name (torch's libraries).
-    `part`: this node's part of a multinode engine; a node other than the head serves no API and no router."""
-    plan = _launch_plan(spec, ports, runtime, part)
+    `part`: this node's part of a multinode engine; a node other than the head serves no API and no router.
+    `run_dir`: where the node writes the files the backend hands the engine (the point's directory)."""
+    plan = _launch_plan(spec, ports, runtime, part, run_dir)
     extra = provisioned or {}
     plan.servers = [replace(p, env={**p.env, **extra[p.name]}) if p.name in extra else p for p in plan.servers]
     return plan
 
 
-def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime, part: NodePart | None) -> LaunchPlan:
+def _launch_plan(
+    spec: ServingSpec, ports: ServerPorts, runtime: Runtime, part: NodePart | None, run_dir: Path
+) -> LaunchPlan:
     implemented = spec.implementation
     backend, engine = implemented.backend, implemented.engine
     plan = LaunchPlan(engine_url=loopback(ports.engine))
@@ -99,9 +112,14 @@ def _launch_plan(spec: ServingSpec, ports: ServerPorts, runtime: Runtime, part: 
     engine_env = {**COMMON_ENV, **spec.env, **offload_env, **(engine.node_env(part) if part is not None else {})}
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home
+    files = backend.engine_files(spec.backend, ports, run_dir)
+    engine_env |= {f.env: str(f.path) for f in files}
     # a headless rank answers no HTTP: the head's health covers it once it has registered
     health = loopback(engine_port(spec, ports), spec.health_path) if part is None or part.index == 0 else None
-    plan.servers.append(Process(ENGINE, runtime.wrap(argv, ENGINE), engine_env, health, spec.startup_timeout_s))
+    plan.servers.append(Process(
+        ENGINE, runtime.wrap(argv, ENGINE), engine_env, health, spec.startup_timeout_s,
+        files={str(f.path): f.text for f in files},
+    ))  # fmt: skip
     if spec.router is not None and (part is None or part.index == 0):
         router = spec.router
         argv = [*router.launcher, "--host", "127.0.0.1", "--port", str(ports.engine),

@@ -29,6 +29,7 @@ from slurmx.node.launch import (
     placed,
     ports_needed,
     replay_process,
+    write_files,
 )
 from slurmx.node.multinode import Rendezvous, node_address, this_task
 from slurmx.node.ports import free_ports
@@ -98,9 +99,12 @@ class Prepared:
     numa_record: dict[str, Any]
 
 
-def prepare_node(first: Member, runtime: Runtime, supervisor: Supervisor, part: NodePart | None) -> Prepared:
+def prepare_node(
+    first: Member, runtime: Runtime, supervisor: Supervisor, part: NodePart | None, run_dir: Path
+) -> Prepared:
     """Preflight, provisioning, ports, the launch plan and the NUMA placement of this node's servers: the same
-    steps on the head and on every other node of a multinode point."""
+    steps on the head and on every other node of a multinode point (`run_dir`: this node's directory of the
+    point, where the files its servers read are written)."""
     spec = first.spec
     node_profile = first.record.cluster_profile.node
     problems = preflight(
@@ -111,7 +115,9 @@ def prepare_node(first: Member, runtime: Runtime, supervisor: Supervisor, part: 
         raise PointFailed("preflight: " + "; ".join(problems))
     provisioned = provision.run(spec, runtime, supervisor)
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
-    plan = launch_plan(spec, ports, runtime, provisioned.env, part)
+    plan = launch_plan(spec, ports, runtime, provisioned.env, part, run_dir)
+    for process in plan.servers:
+        write_files(process)
     numa_prefix, numa_record = numa.placement(
         node_profile.numa_policy if node_profile else "none", dict(os.environ), in_container=not runtime.tools_on_host
     )
@@ -128,7 +134,7 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
         address = node_address(task.name)
         part = NodePart(0, address, rpc_port, master_port, address)
         peers.publish_head(task.name, part)
-    prepared = prepare_node(first, runtime, supervisor, part)
+    prepared = prepare_node(first, runtime, supervisor, part, first.point.path)
     provisioned, ports, plan = prepared.provisioned, prepared.ports, prepared.plan
     numa_prefix, numa_record = prepared.numa_prefix, prepared.numa_record
     base_env = dict(os.environ)

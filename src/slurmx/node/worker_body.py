@@ -64,6 +64,7 @@ def _serve(first: Member, task: NodeTask, rendezvous: Rendezvous, supervisor: Su
         runtime,
         supervisor,
         NodePart(task.index, head.address, head.rpc_port, head.master_port, node_address(task.name)),
+        rendezvous.node_dir(task.name),
     )
     started: list[Managed] = []
     for process in prepared.plan.servers:  # this node's backend servers placed as on the head

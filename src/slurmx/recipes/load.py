@@ -41,7 +41,9 @@ def _check(file: RecipeFile) -> None:
     base = recipe.engine.flags
     sizing = recipe.engine.sizing()
     _check_computed(file, engine.computed_for(sizing))
-    for broken in engine.recipe_problems(base, sizing):
+    # the flags some point runs with: the base's and its per-conc rules' (which may not repeat a base flag)
+    ran = {name: value for rule in recipe.engine.per_conc for name, value in rule.flags.items()} | base
+    for broken in engine.recipe_problems(ran, sizing):
         raise file.error(broken.field, broken.message)
     if recipe.scenario == "agentic-coding":
         for flag in engine.tool_call_flags:

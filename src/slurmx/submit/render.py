@@ -14,7 +14,7 @@ from pathlib import Path
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node import numa, provision
-from slurmx.node.launch import NodePart, launch_plan, placed, replay_process
+from slurmx.node.launch import REVIEW_RUN_DIR, NodePart, launch_plan, placed, replay_process
 from slurmx.plan import Point
 from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
@@ -26,10 +26,10 @@ from slurmx.submit.arrays import array_plans
 from slurmx.submit.resolved import Resolved, check_submittable, is_disaggregated, point_request, resolve_runnable
 
 # InferenceX's fixed ports (PORT 8888, the engine behind a router on PORT+1, the router's metrics on
-# PORT+10000), so rendered commands read like the scripts they replace; other backends' ports count on
-# from 23888.
-REVIEW_PORTS = {"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888}
-POINT_DIR = Path("$POINT_DIR")
+# PORT+10000, Mooncake's master on PORT+12000), so rendered commands read like the scripts they replace;
+# other backends' ports count on from 23888.
+REVIEW_PORTS = {"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 20888}
+POINT_DIR = REVIEW_RUN_DIR
 # A multinode point's head: its address (Slurm's NodeAddr) and data-parallel RPC port are chosen at run time.
 REVIEW_RPC_PORT = 28888
 REVIEW_MASTER_PORT = 29501  # torch.distributed's, when a rank spans nodes (chosen free on the head at run time)
@@ -44,6 +44,8 @@ def _process_text(process: Process) -> str:
     lines = [f"## {process.name}" + (f"  (ready: {process.health_url})" if process.health_url else "")]
     if env:
         lines.append(f"# env: {env}")
+    for path, text in process.files.items():  # what the node writes before it starts the process
+        lines += [f"# file {path}:", *(f"#   {line}" for line in text.splitlines())]
     lines.append(shlex.join(process.argv))
     return "\n".join(lines)
 

@@ -23,13 +23,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurmx import engines
 from slurmx.node import procscan
 from slurmx.plan import Point
-from slurmx.upstream.launcher import Launch, workflow_env
+from slurmx.upstream.launcher import SANDBOX, Launch, workflow_env
 from slurmx.upstream.standin import REAL_BASH  # `bash` on the capture's PATH is a stand-in
 
 # the servers the scripts start and keep running, by the slurmx process each one is: every engine's, and the
@@ -50,6 +50,26 @@ SCRIPT_PROGRAMS = ("bash", "python3", "python")  # what a script runs a file of 
 SCRATCH_ENV = (("WS", "k3_embed"),)
 PORT = 8888  # the launchers' srun --export=ALL,PORT=8888
 POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
+# The node's own files some scripts read (the RDMA rails' state under /sys): the programs that read them here
+# read the capture's SANDBOX copy instead, which holds what the point's cluster node has (NODE_FILES); a path
+# the point's cluster has no entry for reads as absent, as on a node without it. (A bash builtin test of such a
+# path, [ -e ... ], still sees this machine's.)
+HOST_READS = ("/sys/class/infiniband/",)
+HOST_READERS = ("grep", "cat")
+NODE_FILES: dict[str, dict[str, str]] = {
+    # InferenceX's Kimi-K3 B300 script picks the first rail whose port 1 is ACTIVE, "order starts at mlx5_0 so a
+    # healthy node is unchanged" (kimik3_fp4_b300_vllm_mtp.sh): a healthy B300 node's mlx5_0, in sysfs's format
+    "cluster:b300-nv": {"/sys/class/infiniband/mlx5_0/ports/1/state": "4: ACTIVE\n"},
+}
+# a reader's argv with each host path moved under the sandbox (POSIX sh: the loop rebuilds "$@")
+_READER = """#!/bin/sh
+for a do
+  shift
+  case $a in {cases}) a="{root}$a";; esac
+  set -- "$@" "$a"
+done
+exec {program} "$@"
+"""
 
 
 @dataclass(frozen=True)
@@ -72,6 +92,7 @@ class Started:
     name: str  # the program's name on PATH
     argv: list[str]  # without the program name
     env: dict[str, str]  # the whole env it got
+    files: dict[str, str] = field(default_factory=dict)  # a server's: the files its env names (env name -> text)
 
     def env_delta(self, base: dict[str, str]) -> dict[str, str]:
         """What the script (or benchmark_lib.sh) set beyond the launcher's env."""
@@ -141,6 +162,21 @@ def _stand_ins(bin_dir: Path) -> None:
     sleep.chmod(0o755)
 
 
+def _host_reads(bin_dir: Path, root: Path, runner: str) -> None:
+    """Readers of the node's own files (HOST_READS) that read the sandbox's, staged for the point's cluster."""
+    for path, text in NODE_FILES.get(runner, {}).items():
+        staged = root / path.lstrip("/")
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_text(text)
+    cases = "|".join(f"{prefix}*" for prefix in HOST_READS)
+    for name in HOST_READERS:
+        program = shutil.which(name, path="/usr/bin:/bin")
+        assert program is not None, f"{name} is not on /usr/bin:/bin"
+        reader = bin_dir / name
+        reader.write_text(_READER.format(cases=cases, root=root, program=program))
+        reader.chmod(0o755)
+
+
 def stage_checkpoint(directory: Path) -> None:
     """A stand-in checkpoint: what the scripts check before skipping a download (config.json, a shard)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -202,6 +238,7 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
         stage_checkpoint(Path(upstream.model_path.replace("{work}", str(work))))
     bin_dir, home, workspace = work / "bin", work / "home", work / "workspace"
     _stand_ins(bin_dir)
+    _host_reads(bin_dir, Path(SANDBOX.replace("{work}", str(work))), point.runner)
     home.mkdir()
     # the lib where a multinode replay script sources it ($INFMAX_CONTAINER_WORKSPACE/benchmarks/)
     (workspace / "benchmarks").mkdir(parents=True)
@@ -235,7 +272,7 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
     started = []
     for line in log.read_text().splitlines() if log.exists() else []:
         row = ast.literal_eval(line)
-        started.append(Started(row["name"], row["argv"], row["env"]))
+        started.append(Started(row["name"], row["argv"], row["env"], row.get("files", {})))
     launcher_base = {**base, "PATH": env["PATH"], "TMPDIR": env["TMPDIR"],
                      "INFMAX_CONTAINER_WORKSPACE": env["INFMAX_CONTAINER_WORKSPACE"], **scratch}  # fmt: skip
     return Capture(started, launcher_base, proc.returncode, output, work, runs=_runs(started, tree))

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from slurmx import engines
+from slurmx.backends import mooncake
 from slurmx.config.yamlfile import load_yaml
 from slurmx.errors import ConfigError
 from slurmx.upstream.capture import PORT
@@ -156,6 +157,15 @@ ROUTER_ENV_WHY = (
     "a setting the script exports to its whole shell, which the router (a Rust binary: it reads none of the "
     "engine's, torch's or aiperf's variables) inherits unread; slurmx gives each process only its own env"
 )
+BACKEND_MASTER_WHY = (
+    "a setting the script exports to its whole shell, which mooncake_master (the store's metadata and eviction "
+    "service, set by its flags) inherits; the transfer engine (MC_*), the config file and the segments are the "
+    "store clients' in the engine, which gets them (compared there); slurmx gives the master its flags only"
+)
+BACKEND_FILE_PATH_WHY = (
+    "the path of the config file the script writes for the store's clients in the engine, which aiperf inherits "
+    "from the script's shell unread; slurmx names it to the engine only"
+)
 LOOPBACK_URL_WHY = (
     "the servers bind 127.0.0.1 only (see --host), so slurmx names that address; `localhost` can resolve to ::1 "
     "first, where nothing listens"
@@ -214,6 +224,10 @@ def own_choice(diff: Difference) -> str | None:
     inherited = diff.process == "router" and diff.item.startswith("env ") and not diff.item.startswith("env RUST_")
     if inherited and diff.slurmx is None:
         return ROUTER_ENV_WHY
+    if diff.process == mooncake.MASTER and diff.item.startswith(("env ", "file ")) and diff.slurmx is None:
+        return BACKEND_MASTER_WHY
+    if (diff.process, diff.item, diff.slurmx) == ("replay", f"env {mooncake.CONFIG_ENV}", None):
+        return BACKEND_FILE_PATH_WHY
     local = re.fullmatch(r"http://localhost(:\d+.*)", diff.upstream or "")
     if local and diff.slurmx == f"http://127.0.0.1{local[1]}":
         return LOOPBACK_URL_WHY

@@ -104,9 +104,24 @@ def env_facts(process: str, env: Mapping[str, str], paths: Mapping[str, str]) ->
     return {(process, f"env {k}"): _paths(v, paths) for k, v in env.items()}
 
 
+def file_facts(process: str, files: Mapping[str, str], paths: Mapping[str, str]) -> Facts:
+    """The files a process's env names (env name -> text): a JSON file leaf by leaf (`file NAME/key`), any other
+    as its whole text (`file NAME`)."""
+    facts: Facts = {}
+    for name, text in files.items():
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        leaves = _leaves(f"file {name}", value) if isinstance(value, dict) else {f"file {name}": text}
+        facts.update({(process, k): _paths(v, paths) for k, v in leaves.items()})
+    return facts
+
+
 def _is_import_check(code: str) -> list[str]:
+    """The modules a `python -c` of import statements only checks (`import m` or `from m import name`)."""
     statements = [s.strip() for s in code.split(";") if s.strip()]
-    if statements and all(re.fullmatch(r"import [\w.]+", s) for s in statements):
+    if statements and all(re.fullmatch(r"import [\w.]+|from [\w.]+ import \w+", s) for s in statements):
         return [s.split()[1] for s in statements]
     return []
 
@@ -145,6 +160,7 @@ def upstream_facts(capture: Capture, paths: Mapping[str, str]) -> Facts:
         facts.update(argv_facts(name, s.argv, paths))
         inherited = {k: s.env[k] for k in CACHE_ENV if k in s.env}  # the launcher's cache locations
         facts.update(env_facts(name, {**inherited, **s.env_delta(capture.base_env)}, paths))
+        facts.update(file_facts(name, s.files, paths))
     facts.update(provision_facts(capture.started, paths))
     for run in capture.runs:  # the tree's own scripts it ran (a container patch script): provisioning steps
         facts[("provision", f"run {run.path}")] = script_value(run.program, [_paths(a, paths) for a in run.args],
@@ -178,6 +194,8 @@ def slurmx_facts(
         facts[(process.name, "program")] = Path(argv[0]).name
         facts.update(argv_facts(process.name, argv[1:], paths))
         facts.update(env_facts(process.name, {**job_env, **process.env}, paths))
+        named = {k: process.files[v] for k, v in process.env.items() if v in process.files}  # as upstream's
+        facts.update(file_facts(process.name, named, paths))
     facts.update(provision)
     return facts
 

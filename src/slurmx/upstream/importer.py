@@ -19,13 +19,23 @@ from typing import Any
 import yaml
 
 from slurmx import backends, engines
+from slurmx.backends.base import ArmCapture
 from slurmx.flags import Flags
 from slurmx.plan import Point
 from slurmx.recipes.model import REPLAY_BUILT_FLAGS
 from slurmx.store.atomic import write_text
-from slurmx.upstream.capture import PORT, Capture, Started, Upstream, capture
-from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV
-from slurmx.upstream.derive import MAX_NUM_SEQS, SPECULATIVE, Derived, Observed, derive, one_hash_seed, parse_flags
+from slurmx.upstream.capture import PORT, SERVERS, Capture, Started, Upstream, capture
+from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV, Declared
+from slurmx.upstream.derive import (
+    MAX_NUM_SEQS,
+    SPECULATIVE,
+    Derived,
+    Observed,
+    derive,
+    one_hash_seed,
+    parse_flags,
+    parse_value,
+)
 from slurmx.upstream.facts import capture_paths, provision_facts
 from slurmx.upstream.inferencex import content_digest, git_commit
 
@@ -46,12 +56,21 @@ def capture_point(point: Point, upstream: Upstream) -> Captured:
         return Captured(point, upstream, cap, str(cap.work_dir))
 
 
-def _engine_started(c: Captured) -> tuple[str, list[str], dict[str, str]] | None:
+def _engine(c: Captured) -> Started | None:
     programs = engines.get(c.point.framework).upstream_programs
-    for s in c.capture.started:
-        if programs.get(s.name) == "engine":
-            return s.name, s.argv, s.env_delta(c.capture.base_env)
-    return None
+    return next((s for s in c.capture.started if programs.get(s.name) == "engine"), None)
+
+
+def _engine_started(c: Captured) -> tuple[str, list[str], dict[str, str]] | None:
+    s = _engine(c)
+    return (s.name, s.argv, s.env_delta(c.capture.base_env)) if s is not None else None
+
+
+def _connector(c: Captured, flags: Flags) -> dict[str, Any] | None:
+    """The connector JSON among the engine's flags: a computed flag's JSON object naming a connector."""
+    computed = engines.get(c.point.framework).computed_flags
+    found = (v for n, v in flags.items() if n in computed and isinstance(v, dict) and "kv_connector" in v)
+    return next(found, None)
 
 
 LOCAL_URL = re.compile(r"(localhost|127\.0\.0\.1|0\.0\.0\.0):\d+")  # a port on the node: slurmx picks its own
@@ -142,10 +161,8 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
             raise ImportRefused(f"{c.point.exp_name}: the script started no engine (exited {c.capture.returncode})")
         _, argv, env = found
         _, flags = parse_flags(argv)
-        # the connector JSON: a computed flag's JSON object naming a connector
-        for name, value in flags.items():
-            if name in engine.computed_flags and isinstance(value, dict) and "kv_connector" in value:
-                connectors.setdefault(arm_of(c.point), []).append(value)  # type: ignore[arg-type]  # JSON object
+        if (connector := _connector(c, flags)) is not None:
+            connectors.setdefault(arm_of(c.point), []).append(connector)
         # --max-num-seqs stays: derive recognises k x conc (max-num-seqs-per-conc) or keeps the fixed value
         flags = {n: v for n, v in flags.items() if n not in engine.computed_flags - {MAX_NUM_SEQS}}
         speculative = flags.get(SPECULATIVE)
@@ -160,10 +177,11 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
                 raise ImportRefused(f"{c.point.exp_name}: {SPECULATIVE} model {path} is no model the script downloads")
             draft[repo] = path
             flags[SPECULATIVE] = {k: v for k, v in speculative.items() if k != "model"}
+        own = backends.get(arm_of(c.point)).own_env  # the backend names its own files (its config's path)
         observed.append(
             Observed(c.point.exp_name, arm_of(c.point), c.point.tp, c.point.ep, c.point.dp_attn, c.point.conc,
                      flags, {k: _placeholders(v, c) for k, v in env.items()
-                             if f":{PORT}" not in v and not k.startswith(REPLAY_ONLY_ENV)})
+                             if f":{PORT}" not in v and not k.startswith(REPLAY_ONLY_ENV) and k not in own})
         )  # fmt: skip
     return observed, connectors, draft
 
@@ -174,10 +192,42 @@ def _placeholders(value: str, c: Captured) -> str:
     return value
 
 
-def arm_knobs(arm: str, configs: list[Flags], points: list[Point]) -> dict[str, Any]:
-    """The arm's typed knobs its backend rebuilds the captured connector JSON from (the backend knows how)."""
+def arm_capture(c: Captured) -> ArmCapture:
+    """What the point's script handed the backend beyond the connector JSON: the files its engine's env names,
+    the flags of the backend's own servers and what it pip-installs."""
+    engine = _engine(c)
+    roles = engines.get(c.point.framework).upstream_programs
+    servers = {SERVERS[s.name]: parse_flags(s.argv)[1] for s in c.capture.started
+               if s.name in SERVERS and s.name not in roles}  # fmt: skip
+    installs = {item.removeprefix("pip install "): v for (_, item), v in provision_facts(c.capture.started, {}).items()
+                if item.startswith("pip install ")}  # fmt: skip
+    return ArmCapture(engine.files if engine is not None else {}, servers, installs)
+
+
+def probed(arm: str, captured: Sequence[Captured]) -> list[Captured]:
+    """The captures of the variants the arm's backend asks of its first point (another budget or TP), each
+    with a connector JSON; a variant the script refuses is dropped."""
+    if not captured:
+        return []
+    first = captured[0]
+    runs = [capture_point(point, first.upstream) for point in backends.get(arm).probes(first.point)]
+    return [c for c in runs if c.capture.returncode == 0 and _connector(c, _engine_flags(c)) is not None]
+
+
+def _engine_flags(c: Captured) -> Flags:
+    found = _engine_started(c)
+    return parse_flags(found[1])[1] if found is not None else {}
+
+
+def arm_knobs(arm: str, configs: list[Flags], points: list[Point], captured: Sequence[Captured] = ()) -> dict[str, Any]:
+    """The arm's typed knobs its backend rebuilds the captured connector JSON from (the backend knows how); with
+    `captured` (the arm's points' captures), also its files and servers, and those of the probes it asks."""
+    probes = probed(arm, captured)
+    extra = [_connector(c, _engine_flags(c)) for c in probes]
+    configs = [*configs, *(e for e in extra if e is not None)]
+    seen = [arm_capture(c) for c in (*captured, *probes)]
     try:
-        return backends.get(arm).knobs_from_connector(configs, points)
+        return backends.get(arm).knobs_from_connector(configs, [*points, *(c.point for c in probes)], seen)
     except ValueError as why:
         raise ImportRefused(f"arm {arm}: {why}") from None
 
@@ -229,7 +279,7 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
             arm["add"] = _flag_data(delta.add)
         if delta.env:
             arm["env"] = delta.env
-        arm.update(arm_knobs(name, connectors.get(name, []), points))
+        arm.update(arm_knobs(name, connectors.get(name, []), points, [c for c in captured if arm_of(c.point) == name]))
         arms[name] = arm
     return {
         "recipe": key,
@@ -343,6 +393,17 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
     if provision := provision_data(captured):
         data["provision"] = provision
     return data
+
+
+def add_reviewed_flags(key: str, data: dict[str, Any], reviewed: Sequence[Declared]) -> None:
+    """A script's bug a person fixed by a reviewed row (kind review-bug-fixed) that adds an engine flag the script
+    lacks (upstream null): every point needs it, so the recipe's base flags carry the row's value ("" a bare
+    flag), and the row declares the difference check then sees."""
+    flags = data["engine"]["flags"]
+    for row in reviewed:
+        fixes = row.kind == "review-bug-fixed" and row.processes == ("engine",) and key in row.keys
+        if fixes and not row.generated and row.upstream is None and row.slurmx is not None and row.item[:2] == "--":
+            flags.setdefault(row.item, True if row.slurmx == "" else parse_value(row.slurmx))
 
 
 def recipe_stem(point: Point, gpu: str) -> str:

@@ -1,7 +1,8 @@
 """A recording stand-in for a program an upstream InferenceX script starts (the engine, lmcache, aiperf, pip...).
 
 Run as `python standin.py server|tool NAME ARGS...` from a wrapper named NAME on PATH. It appends one line
-(name, argv, env, cwd as a Python literal, read back with `ast.literal_eval`) to $STANDIN_LOG, then
+(name, argv, env, cwd as a Python literal, read back with `ast.literal_eval`; a server's line also holds the
+files its env names in the capture's work dir) to $STANDIN_LOG, then
 does the least the script needs to go on: servers stay up until killed (the script checks they are
 alive), `uv venv` creates the aiperf venv's stand-ins, `pip show` names a version, the torch-lib
 query prints a directory, `hf download --local-dir` leaves a config.json and a shard. Everything else exits 0.
@@ -23,13 +24,29 @@ REAL_BASH = "/bin/bash"
 SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
 
 
-def _record(name: str, argv: list[str]) -> None:
-    line = repr({"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}) + "\n"
+def _record(name: str, argv: list[str], server: bool) -> None:
+    row = {"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+    if server:
+        row["files"] = _files_named()
+    line = repr(row) + "\n"
     fd = os.open(os.environ["STANDIN_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def _files_named() -> dict[str, str]:
+    """The files a server's env names inside the capture's work dir (a config the script wrote for it), as the
+    server would read them at start: env name -> text."""
+    work = os.path.dirname(os.environ["STANDIN_BIN"]) + os.sep
+    files = {}
+    for name, value in os.environ.items():
+        harness = name == "_" or name.startswith("STANDIN_")  # the wrapper itself, the harness's own log
+        if not harness and value.startswith(work) and os.path.isfile(value):
+            with open(value, errors="replace") as text:
+                files[name] = text.read(1 << 16)
+    return files
 
 
 def _python(argv: list[str]) -> None:
@@ -129,7 +146,7 @@ def _aiperf(argv: list[str]) -> None:
 
 def main() -> None:
     kind, name, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-    _record(name, argv)
+    _record(name, argv, kind == "server")
     if name == "bash":  # recorded; the real bash runs it (the tree's own scripts act on the stand-ins too)
         os.execv(REAL_BASH, ["bash", *argv])
     if kind == "server":
