@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,9 @@ import pytest
 from tests.conftest import ROOT
 
 TREES = ("repo-main", "repo-kimik3-b300-lmcache", "repo-lmcache-agentix")
-NEAR_MATCH_KEY = "kimik3-fp4-b300-vllm-agentic-dspark"  # jobs/kimik3_fp4_b300_vllm.yaml differs in image and dcp-size
+NEAR_MATCH_KEY = (
+    "kimik3-fp4-b300-vllm-agentic-dspark"  # the seed recipe kimik3_fp4_b300_vllm.yaml differs in image, dcp
+)
 SERVED_KEY = "kimik3-fp4-h200-vllm-agentic"  # has its recipe (jobs/kimik3_fp4_h200_vllm.yaml) and profile
 IMPORTED_KEY = "minimaxm3-fp4-b200-vllm-agentic-mtp"  # single-node, served by jobs/minimaxm3_fp4_b200_vllm_mtp.yaml
 SLURMX_FIELDS = ("point-id", "config-key", "slurm-request", "recipe", "recipe-note")
@@ -102,17 +105,29 @@ def test_plan_all_over_the_fixture_masters_equals_inferencex_whatever_the_recipe
     assert list(cwd.iterdir()) == []  # planning writes nothing
 
 
-def test_plan_names_the_near_match_as_information(fixtures: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def near_jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A jobs/ holding the seed recipe the near-match key misses and the served key's own: the near-match key's
+    imported recipe would serve it."""
+    jobs = tmp_path_factory.mktemp("near") / "jobs"
+    jobs.mkdir()
+    for name in ("kimik3_fp4_b300_vllm.yaml", "kimik3_fp4_h200_vllm.yaml"):
+        shutil.copy(ROOT / "jobs" / name, jobs)
+    return jobs
+
+
+def test_plan_names_the_near_match_as_information(fixtures: Path, tmp_path: Path, near_jobs: Path) -> None:
+    jobs = near_jobs
     masters = ["--config", str(fixtures / "nvidia-master.yaml"), "--config", str(fixtures / "amd-master.yaml")]
-    rows = planned(slurmx(["plan", NEAR_MATCH_KEY, *masters, "--json"], tmp_path))
+    rows = planned(slurmx(["plan", NEAR_MATCH_KEY, *masters, "--json"], tmp_path, jobs))
     assert rows and all(r["recipe"] is None for r in rows)
     assert {r["recipe-note"] for r in rows} == {
-        f"no serving recipe for {NEAR_MATCH_KEY}; nearest is {ROOT / 'jobs' / 'kimik3_fp4_b300_vllm.yaml'} "
+        f"no serving recipe for {NEAR_MATCH_KEY}; nearest is {jobs / 'kimik3_fp4_b300_vllm.yaml'} "
         "(kimik3-fp4-b300-vllm), which differs in image 'vllm/vllm-openai:nightly-b22afe45ac797ae58e67a7a3ad79ee5714024420"
         "@sha256:144356af876edbb3a4bfee23e1444b196cc3fdadd0a0c1a7f11f721756972a21' "
         "(point: 'vllm/vllm-openai:nightly-dev-x86_64-cu13.0.1-5894fdf'), dcp-size 1 (point: 8)"
     }
-    table = slurmx(["plan", NEAR_MATCH_KEY, *masters], tmp_path)
+    table = slurmx(["plan", NEAR_MATCH_KEY, *masters], tmp_path, jobs)
     assert table.returncode == 0 and table.stderr == ""
     assert f"recipe: no serving recipe for {NEAR_MATCH_KEY}; nearest is" in table.stdout
 
@@ -158,10 +173,10 @@ def test_plan_all_over_an_inferencex_checkout_equals_its_own_generator(
         assert rows == expected, f"{name} with jobs {jobs}"
 
 
-def test_render_and_dry_run_refuse_the_near_match_key_alone(fixtures: Path, tmp_path: Path) -> None:
+def test_render_and_dry_run_refuse_the_near_match_key_alone(fixtures: Path, tmp_path: Path, near_jobs: Path) -> None:
     masters = ["--config", str(fixtures / "nvidia-master.yaml"), "--config", str(fixtures / "amd-master.yaml")]
     for command in (["render"], ["submit", "--dry-run"]):
-        proc = slurmx([*command, NEAR_MATCH_KEY, SERVED_KEY, *masters], tmp_path)
+        proc = slurmx([*command, NEAR_MATCH_KEY, SERVED_KEY, *masters], tmp_path, near_jobs)
         assert proc.returncode == 2, proc.stderr
         errors = proc.stderr.splitlines()
         assert len(errors) == 1, proc.stderr
@@ -172,9 +187,9 @@ def test_render_and_dry_run_refuse_the_near_match_key_alone(fixtures: Path, tmp_
     assert list(tmp_path.iterdir()) == []  # neither render nor a dry run writes into the tree
 
 
-def test_submit_dry_run_json_lists_the_keys_it_planned(fixtures: Path, tmp_path: Path) -> None:
+def test_submit_dry_run_json_lists_the_keys_it_planned(fixtures: Path, tmp_path: Path, near_jobs: Path) -> None:
     masters = ["--config", str(fixtures / "nvidia-master.yaml"), "--config", str(fixtures / "amd-master.yaml")]
-    proc = slurmx(["submit", "--dry-run", "--json", NEAR_MATCH_KEY, SERVED_KEY, *masters], tmp_path)
+    proc = slurmx(["submit", "--dry-run", "--json", NEAR_MATCH_KEY, SERVED_KEY, *masters], tmp_path, near_jobs)
     assert proc.returncode == 2
     assert [r["config-key"] for r in json.loads(proc.stdout)] == [SERVED_KEY]
 
