@@ -6,6 +6,7 @@ a bad declared table is one located line, exit 2."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,12 @@ def tree(tmp_path: Path) -> Path:
     source = FIXTURES / "repo-kimik3-b300-lmcache"
     if not source.exists():
         pytest.skip(f"InferenceX checkout not found at {source}")
-    copy = tmp_path / "inferencex"
-    for name in NEEDED:
+    return copy_tree_files(source, NEEDED, tmp_path / "inferencex")
+
+
+def copy_tree_files(source: Path, names: Sequence[Path], copy: Path) -> Path:
+    """The named files of an InferenceX tree, at their paths under `copy`."""
+    for name in names:
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source / name, copy / name)
     return copy
@@ -104,13 +109,9 @@ def main_tree(tmp_path: Path) -> Path:
     """The files of InferenceX's main that the aggregated H200 key's check reads: its masters, the srt-slurm
     recipes its rows name, the replay script srtctl runs and its lib."""
     source = FIXTURES / "repo-main"
-    copy = tmp_path / "inferencex"
     needed = [*NEEDED[:3], Path("benchmarks/benchmark_lib.sh"), Path("benchmarks/multi_node/agentic_srt.sh")]
     needed += [SRT / p.name for p in (source / SRT).glob("agg-h200-*.yaml")]
-    for name in needed:
-        (copy / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(source / name, copy / name)
-    return copy
+    return copy_tree_files(source, needed, tmp_path / "inferencex")
 
 
 def test_an_edited_srt_slurm_recipe_is_named_on_exactly_its_points(main_tree: Path, tmp_path: Path) -> None:

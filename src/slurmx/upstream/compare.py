@@ -74,7 +74,7 @@ SRT_REQUEST = frozenset({"slurm --time", "slurm --nodes", "slurm --gpus-per-node
 SRT_COMPARED = frozenset({ENGINE, "replay", "provision"})  # the head's engine, the replay, what is installed
 
 
-def srt_upstream(item: Resolved, tree: Path, recipe: SrtRecipe) -> Upstream:
+def srt_upstream(tree: Path, recipe: SrtRecipe) -> Upstream:
     """The replay's run: benchmark.command's InferenceX script with benchmark.env, its cluster paths in the
     capture's sandbox; the frontend's port is each tool's own (the capture's PORT, as for a script)."""
     script = recipe.replay_script
@@ -104,7 +104,7 @@ def compare_multinode(
             f"{item.point.config_key} {item.point.exp_name}: the row names no CONFIG_FILE (its srt-slurm recipe)"
         )
     recipe = read_recipe(path)
-    upstream = srt_upstream(item, tree, recipe)
+    upstream = srt_upstream(tree, recipe)
     cap, captured = capture_facts(item, upstream)
     theirs = {k: per_conc_paths(v, item, recipe) for k, v in captured.items() if k[0] in SRT_COMPARED - {ENGINE}}
     theirs.update(engine_facts(recipe))

@@ -12,6 +12,7 @@ replay is `benchmark.command` (benchmarks/multi_node/agentic_srt.sh), run under 
 
 from __future__ import annotations
 
+import functools
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,7 @@ class SrtRecipe:
         return script.removeprefix(WORKSPACE + "/") if script else None
 
 
+@functools.cache  # one read per file, not one per point of its row
 def read_recipe(path: Path) -> SrtRecipe:
     if not path.is_file():
         raise ConfigError(path, None, "CONFIG_FILE", "the row's srt-slurm recipe is not in the checkout")
