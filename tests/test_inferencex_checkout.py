@@ -45,8 +45,10 @@ def _as_config(tree: Path) -> list[str]:
 
 
 def test_plan_render_and_dry_run_from_a_checkout_are_those_of_its_files(main_tree: Path, tmp_path: Path) -> None:
-    """The shipped profiles' figures are runners.yaml's, so --inferencex DIR is --config DIR's masters exactly."""
-    for command in (["plan", "--all", "--json"], ["render", SERVED_KEY], ["submit", "--dry-run", SERVED_KEY]):
+    """The shipped profiles' figures are runners.yaml's, so --inferencex DIR is --config DIR's masters exactly
+    (rendered on a profile that mounts a checkout of its own: on one that does not, DIR is mounted too)."""
+    mounted = "minimaxm3-fp4-b300-vllm-agentic-mtp"  # cluster:b300-nv mounts /lustre/src/InferenceX
+    for command in (["plan", "--all", "--json"], ["render", mounted], ["submit", "--dry-run", mounted]):
         ours = slurmx([*command, "--inferencex", str(main_tree)], tmp_path)
         theirs = slurmx([*command, *_as_config(main_tree)], tmp_path)
         assert ours.returncode == theirs.returncode == 0, ours.stderr
@@ -80,7 +82,7 @@ def test_the_checkouts_figures_win_and_slurmx_adds_slurm(main_tree: Path, tmp_pa
     inputs = load_inputs(None, tmp_path / "clusters.yaml", [SERVED_KEY], inferencex=main_tree)
     profile = inputs.clusters.profiles["cluster:h200-dgxc"]
     assert profile.available_cpu_dram_mib == 1_471_356 and profile.slurm is not None
-    assert profile.slurm.partition == "h200"
+    assert profile.slurm.partition == "main"
     (warning,) = inputs.warnings
     assert "hardware.cluster:h200-dgxc.available-cpu-dram-mib is 1000000" in warning and "runners.yaml" in warning
     assert inputs.inferencex == main_tree.resolve()

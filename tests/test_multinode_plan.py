@@ -120,3 +120,12 @@ def test_the_cluster_check_wants_enough_nodes_that_each_fit() -> None:
 def test_each_node_advertises_its_own_address_and_a_single_node_engine_nothing() -> None:
     assert ENGINE.node_env(NodePart(1, "10.0.0.1", 4000, 5000, "10.0.0.2")) == {"VLLM_HOST_IP": "10.0.0.2"}
     assert ENGINE.node_env(NodePart(1, "10.0.0.1", 4000, 5000)) == {}  # unknown: vLLM's own choice
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="InferenceX fixtures not present")
+def test_a_recipes_time_limit_wins_over_its_profiles_on_that_recipes_points_only() -> None:
+    # srtctl asks agg-h200-*.yaml's slurm.time_limit (8:00:00); the single-node branch's salloc asks 180
+    keys = [KIMI_H200, "minimaxm3-fp8-h200-vllm-agentic-mtp"]
+    inputs = load_inputs(None, None, keys, inferencex=FIXTURES / "repo-main")
+    limits = {(i.point.config_key, i.request.time_limit_min) for i in resolve_points(inputs.points, inputs)}
+    assert limits == {(KIMI_H200, 480), ("minimaxm3-fp8-h200-vllm-agentic-mtp", 180)}

@@ -204,6 +204,8 @@ class Recipe(_Model):
     scenario: Literal["agentic-coding", "fixed-seq-len"] = "agentic-coding"
     model_path: str | None = None  # under the runtime's model-root; default: the config's model name
     served_model_name: str | None = None
+    # the job's wall-clock limit where the upstream run asks its own (srt-slurm's slurm.time_limit); default: the profile's
+    time_limit_min: PositiveInt | None = None
     env_policy: dict[str, str]  # shared by every arm of this recipe
     engine: Engine
     # arm name (a registered kv-offload backend) -> its fields; typed by the backend when the recipe loads

@@ -181,4 +181,5 @@ def resolve(
         duration_s=point.duration_s or 3600,
         draft_model=recipe.engine.draft_model,
         provision=recipe.provision,
+        time_limit_min=recipe.time_limit_min,
     )

@@ -63,6 +63,7 @@ class ServingSpec(BaseModel):
     nodes: int = 1  # > 1: one engine across nodes, the head serving and the others headless (docs/multinode.md)
     ranks_per_node: int = 1  # data-parallel engine ranks on each node of a multinode engine
     provision: Provision = Provision()  # the recipe's own provisioning beyond the typed pins
+    time_limit_min: int | None = None  # the recipe's own Slurm time limit, over the cluster profile's
 
     @property
     def implementation(self) -> Implementation:

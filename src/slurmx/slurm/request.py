@@ -93,7 +93,13 @@ def numa_options(policy: NumaPolicy) -> tuple[str | None, str | None]:
 
 
 def slurm_request(
-    profile: SlurmProfile, gpus: int, nodes: int = 1, *, host_need_mb: int = 0, numa_policy: NumaPolicy = "none"
+    profile: SlurmProfile,
+    gpus: int,
+    nodes: int = 1,
+    *,
+    host_need_mb: int = 0,
+    numa_policy: NumaPolicy = "none",
+    time_limit_min: int | None = None,
 ) -> SlurmRequest:
     gres_flags, mem_bind = numa_options(numa_policy)
     return SlurmRequest(
@@ -104,7 +110,7 @@ def slurm_request(
         features=tuple(profile.features),
         mem=point_mem(profile.mem, host_need_mb),
         exclusive=profile.exclusive,
-        time_limit_min=profile.time_limit_min,
+        time_limit_min=time_limit_min or profile.time_limit_min,
         account=profile.account,
         qos=profile.qos,
         cpus_per_task=profile.cpus_per_task,

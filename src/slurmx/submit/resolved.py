@@ -59,7 +59,7 @@ def host_memory_need_mb(serving: ServingSpec | None) -> tuple[int, str]:
 
 def point_request(point: Point, profile: ClusterProfile, serving: ServingSpec | None) -> SlurmRequest:
     """The point's Slurm request: the profile's, on one node or every node its workers need (GRES per
-    node), with the memory the point needs on each and its NUMA options."""
+    node), with the memory the point needs on each, its NUMA options and the recipe's time limit if it has one."""
     assert profile.slurm is not None
     layout = node_layout(point, profile.gpus_per_node)
     return slurm_request(
@@ -68,6 +68,7 @@ def point_request(point: Point, profile: ClusterProfile, serving: ServingSpec | 
         layout.nodes,
         host_need_mb=host_memory_need_mb(serving)[0],
         numa_policy=profile.node.numa_policy if profile.node else "none",
+        time_limit_min=serving.time_limit_min if serving else None,
     )
 
 

@@ -253,10 +253,11 @@ def capture_paths(work: str, model_path: str) -> dict[str, str]:
 
 def point_facts(item: Resolved, processes: list[Process], staged: bool) -> Facts:
     """slurmx's facts of one resolved point: its processes (render's point_processes), job env, provisioning;
-    `staged` (the capture staged the model): the model's path in the runtime as MODEL_PATH too."""
+    `staged` (the capture staged the model): the model's path in the runtime as MODEL_PATH too (a runtime that
+    loads by hub id has no such path: its id stays itself)."""
     assert item.serving is not None
     model = item.runtime.model_path(item.serving.model)
-    paths = {model: MODEL_PATH} if staged else {}
+    paths = {model: MODEL_PATH} if staged and model.startswith("/") else {}
     return slurmx_facts(processes, job_env(item), slurmx_provision_facts(item), paths)
 
 
