@@ -275,6 +275,26 @@ def test_logs_are_kept_after_teardown(tmp_path: Path, marker: str) -> None:
     assert {"hello from child", "to stderr"} <= set(chatty.log_path.read_text().splitlines())
 
 
+def test_the_tail_of_a_child_that_wrote_and_exited_before_start_returned_is_its_own(
+    tmp_path: Path, marker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child shares the log's file offset with the supervisor: on a loaded node it may write and exit before
+    start() reads that offset, which must not skip its output (its failure reason would read "no output")."""
+    real = subprocess.Popen
+
+    def slow_parent(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        child = real(*args, **kwargs)  # type: ignore[call-overload]  # Popen's overloads; passed through as given
+        child.wait()  # the interleaving a loaded node gives: the child runs to its end first
+        return child
+
+    with Supervisor(tmp_path, marker, grace_s=2) as sup:  # an earlier attempt, whose log this one shares
+        sup.start("replay", [PY, "-c", "print('an earlier attempt')"]).popen.wait()
+    monkeypatch.setattr("slurmx.node.supervisor.subprocess.Popen", slow_parent)
+    with Supervisor(tmp_path, marker, grace_s=2) as sup:
+        quick = sup.start("replay", [PY, "-c", "print('error: the endpoint answered 500', flush=True)"])
+        assert quick.log_tail(3) == "error: the endpoint answered 500"  # this attempt's line, and only it
+
+
 # ---- signals, delivered to a separate job-body process ------------------------------------------
 
 

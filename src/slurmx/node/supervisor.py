@@ -358,6 +358,8 @@ class Supervisor:
         log_path = self.logs_dir / f"{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log_file:
+            # before the child starts: it shares this file offset, and a fast child's output would move it first
+            offset = log_file.seek(0, os.SEEK_END)
             self._starting = True
             try:
                 popen = subprocess.Popen(
@@ -371,7 +373,7 @@ class Supervisor:
                     preexec_fn=_ignoring(stop_signal),
                 )
                 managed = Managed(
-                    name, argv, log_path, command_path, log_file.tell(), time.time(), popen, stop_signal=stop_signal
+                    name, argv, log_path, command_path, offset, time.time(), popen, stop_signal=stop_signal
                 )
                 self._managed.append(managed)
             finally:
