@@ -45,7 +45,7 @@ def test_the_venv_runtime_verifies_and_the_container_installs(tmp_path: Path) ->
     assert "pip install lmcache" not in venv  # the engine venv is shared: verify only
     assert venv["version lmcache"].process.argv[-2:] == ["lmcache", "0.5.6"]
     assert {f"import-check {CONNECTOR_MODULE}", "import-check json", "torch libraries", "aiperf runs"} <= set(venv)
-    assert venv["download model tiny"].process.argv[-1] == "0"  # find it, never download
+    assert venv["download model tiny"].process.argv[-2:] == ["0", ""]  # find it, never download; no pinned revision
 
     pyxis = provision.plan(_spec(replay="production"), PyxisRuntime(model_root="/models", squash_dir="/sq", image="i"))
     first = pyxis[0]
@@ -127,7 +127,7 @@ def test_without_a_model_root_the_hub_id_is_fetched_into_the_hub_cache() -> None
     steps = {s.item: s for s in provision.plan(_spec(), PyxisRuntime(squash_dir="/sq", image="i"))}
     fetch = steps["download model tiny"]
     assert fetch.value == "hf cache"
-    assert fetch.process.argv[-4:] == ["model", "tiny", "-", "1"]  # no local dir; this runtime downloads
+    assert fetch.process.argv[-5:] == ["model", "tiny", "-", "1", ""]  # no local dir; this runtime downloads; no pin
 
 
 def _checkout(root: Path, sha: str, submodule: bool) -> Path:
@@ -161,6 +161,77 @@ def test_the_aiperf_checkouts_commit_is_checked_against_the_pin_and_recorded(tmp
             assert json.loads(done.stdout) == {"aiperf_revision": sha}
         else:
             assert f"is at {sha}, the recipe pins 0d2aa05" in done.stderr
+
+
+SHA, OTHER = "9f62e4e9" + "0" * 32, "1" * 40
+
+
+def _fetch(step: provision.Step, python: str = sys.executable) -> list[str]:
+    """The step's own python -c program and arguments, run here by `python`."""
+    argv = step.process.argv
+    return [python, *argv[argv.index("-c") :]]
+
+
+def _hub_python() -> str:
+    """An interpreter with huggingface_hub, as the engine's image has: the CPU stack's engine venv."""
+    python = Path(os.environ.get("SLURMX_STACK", "/opt/slurmx-stack")) / "venvs" / "engine" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no engine venv at {python} (scripts/local-stack.sh build)")
+    return str(python)
+
+
+@pytest.mark.parametrize("recorded, ok", [([SHA, SHA], True), ([SHA, OTHER], False), ([], False)])
+def test_a_pinned_model_in_a_model_root_must_be_that_commit_in_every_files_download_record(
+    tmp_path: Path, recorded: list[str], ok: bool
+) -> None:
+    import subprocess
+
+    model = tmp_path / "tiny"
+    meta = model / ".cache" / "huggingface" / "download"
+    meta.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    for i, sha in enumerate(recorded):  # huggingface_hub's local-dir record: commit, etag, time
+        (meta / f"f{i}.metadata").write_text(f"{sha}\netag\n0\n")
+    steps = {s.item: s for s in provision.plan(_spec().model_copy(update={"model_revision": SHA}), _venv(tmp_path))}
+    assert steps["model revision"].value == SHA
+    assert steps["model revision"].process is steps["download model tiny"].process  # one process fetches and checks
+    done = subprocess.run(_fetch(steps["download model tiny"]), capture_output=True, text=True)
+    assert (done.returncode == 0) is ok, done.stderr
+    if ok:
+        assert json.loads(done.stdout.splitlines()[-1]) == {"model_revision": SHA}
+    else:
+        found = ", ".join(sorted(set(recorded))) or "unrecorded"
+        assert done.stderr.strip() == f"tiny at {model} is revision {found}, the recipe pins {SHA}"
+
+
+def test_a_pinned_model_in_the_hub_cache_is_fetched_at_that_commit_and_recorded(tmp_path: Path) -> None:
+    import subprocess
+
+    hub = tmp_path / "hub"
+    for sha in (SHA, OTHER):  # the pinned snapshot and a newer main
+        snapshot = hub / "models--org--tiny" / "snapshots" / sha
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text("{}")
+    (hub / "models--org--tiny" / "refs").mkdir()
+    (hub / "models--org--tiny" / "refs" / "main").write_text(OTHER)
+    spec = _spec().model_copy(update={"model": "org/tiny", "model_revision": SHA})
+    runtime = VenvRuntime(engine_python=sys.executable, aiperf_bin=sys.executable)  # no model root: the hub cache
+    step = {s.item: s for s in provision.plan(spec, runtime)}["download model org/tiny"]
+    env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(_fetch(step, _hub_python()), capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == [f"org/tiny: {hub}/models--org--tiny/snapshots/{SHA}",
+                                             json.dumps({"model_revision": SHA})]  # fmt: skip
+
+
+def test_a_recipe_pin_makes_the_engine_load_that_revision(tmp_path: Path) -> None:
+    from slurmx.node.launch import launch_plan
+    from slurmx.process import ServerPorts
+
+    spec = _spec().model_copy(update={"model_revision": SHA})
+    ports = ServerPorts(engine=1, named={"lmcache": 2, "lmcache-http": 3})
+    (engine,) = [p for p in launch_plan(spec, ports, _venv(tmp_path), run_dir=tmp_path).servers if p.name == "engine"]
+    assert engine.argv[engine.argv.index("--revision") + 1] == SHA
 
 
 def test_a_pin_with_no_checkout_to_check_fails_the_point_at_provisioning(tmp_path: Path) -> None:

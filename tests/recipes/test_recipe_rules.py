@@ -649,3 +649,10 @@ def test_replay_flags_a_script_appends_reach_the_replay_argv(seed_points: list[P
     spec = spec.model_copy(update={"replay": Replay(kind="production", flags={"--apply-chat-template": True})})
     argv = production_argv("aiperf", spec, "http://127.0.0.1:1", Path("/a"), "/m", ["http://127.0.0.1:2/metrics"])
     assert argv[-3:] == ["--apply-chat-template", "--server-metrics", "http://127.0.0.1:2/metrics"]
+
+
+@pytest.mark.parametrize("revision", ["9f62e4e9", "9F62E4E9FFFBD0A83DDD60E1C209D828994B3569", "main"])
+def test_a_model_revision_that_is_not_a_full_commit_is_refused(tmp_path: Path, revision: str) -> None:
+    # the hub cache names a snapshot by its full commit: a branch or a short sha could load another one
+    refused(tmp_path, bad(**{"model-revision": revision}), "model-revision", "model-revision", says="should match")
+    assert load_recipe(write(tmp_path, bad(**{"model-revision": "9f62e4e9fffbd0a83ddd60e1c209d828994b3569"})))

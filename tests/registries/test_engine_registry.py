@@ -54,6 +54,7 @@ class ToyEngine:
     hash_env = frozenset({"TOY_HASH_SEED"})
     tool_call_flags: tuple[str, ...] = ("--tools",)
     loads_connectors = True
+    revision_flag = "--revision"
 
     def parallel_flags(self, point: Point) -> list[str]:
         return ["--tp", str(point.tp)]

@@ -117,6 +117,7 @@ class Engine(Protocol):
     hash_env: frozenset[str]  # env that decides the engine's prefix-cache block keys (recipe-wide only)
     tool_call_flags: tuple[str, ...]  # what an agentic recipe's tool-call requests need
     loads_connectors: bool  # the engine plugs in a backend's connector class (else only "none" runs)
+    revision_flag: str  # loads the model's hub snapshot at a commit (a recipe's model-revision)
 
     def parallel_flags(self, point: Point) -> list[str]: ...
 

@@ -56,7 +56,7 @@ class VLLM:
         "--decode-context-parallel-size", "--max-num-seqs", "--kv-transfer-config", "--host", "--port",
         "--served-model-name", "--model", "--data-parallel-size-local", "--data-parallel-address",
         "--data-parallel-rpc-port", "--data-parallel-start-rank", "--headless", "--nnodes", "--node-rank",
-        "--master-addr", "--master-port",
+        "--master-addr", "--master-port", "--revision",
     })  # fmt: skip
     metrics_path = "/metrics"
     health_path = "/health"
@@ -71,6 +71,7 @@ class VLLM:
     env_prefixes: tuple[str, ...] = ("VLLM_",)
     image_packages: tuple[str, ...] = ("vllm", "aiter")  # aiter: the ROCm images' kernels, beside vllm
     loads_connectors = True
+    revision_flag = "--revision"
     # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
     spec_methods = frozenset({"none", "mtp"})
 

@@ -100,6 +100,8 @@ def _launch_plan(
     flags = spec.engine_flags
     if spec.draft_model is not None:  # the pre-downloaded draft (provisioning puts it there)
         flags = [f.replace(DRAFT_PATH, runtime.model_path(spec.draft_model)) for f in flags]
+    if spec.model_revision is not None:  # the snapshot provisioning fetched and checked, not the hub's newest
+        flags = [*flags, engine.revision_flag, spec.model_revision]
     argv = engine.argv(
         runtime.head(spec.launcher), runtime.model_path(spec.model), spec.model_flag, spec.served_model_name,
         engine_port(spec, ports), flags,

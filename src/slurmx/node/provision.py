@@ -65,17 +65,29 @@ _TORCH_LIBS = (
     "old = os.environ.get('LD_LIBRARY_PATH', '')\n"
     "print(json.dumps({'torch_lib': lib, 'ld_preload': ':'.join(pre), 'ld_library_path': lib + (':' + old if old else '')}))\n"
 )
+# With a pinned revision (a full commit) the snapshot fetched must be that commit: in the hub cache its snapshot
+# directory is named by it; in a local directory every file's download record (huggingface_hub's
+# .cache/huggingface/download/*.metadata, first line) names it. Prints {"model_revision": sha} then.
 _FETCH = (
-    "import os, sys\n"
-    "kind, repo, where, may_download = sys.argv[1:5]\n"
+    "import json, os, sys\n"
+    "kind, repo, where, may_download, pin = sys.argv[1:6]\n"
+    "def recorded(d):\n"
+    "    meta = os.path.join(d, '.cache', 'huggingface', 'download')\n"
+    "    return {open(os.path.join(r, f)).readline().strip() for r, _, fs in os.walk(meta) for f in fs if f.endswith('.metadata')}\n"
+    "def checked(found):\n"
+    '    if found != {pin}: sys.exit(f\'{repo} at {where} is revision {", ".join(sorted(found)) or "unrecorded"}, the recipe pins {pin}\')\n'
+    "    print(json.dumps({'model_revision': pin}))\n"
     "if kind == 'model' and os.path.isdir(where) and os.listdir(where):\n"
-    "    print(f'{repo}: present at {where}'); sys.exit(0)\n"
+    "    print(f'{repo}: present at {where}')\n"
+    "    if pin: checked(recorded(where))\n"
+    "    sys.exit(0)\n"
     "if may_download != '1' and kind == 'model' and where != '-':\n"
     "    sys.exit(f'model {repo} is not at {where} (this runtime does not download)')\n"
     "from huggingface_hub import snapshot_download\n"
     "local = None if where == '-' else where\n"
-    "path = snapshot_download(repo, repo_type=kind, local_dir=local, local_files_only=may_download != '1')\n"
+    "path = snapshot_download(repo, repo_type=kind, local_dir=local, local_files_only=may_download != '1', revision=pin or None)\n"
     "print(f'{repo}: {path}')\n"
+    "if pin: checked(recorded(local) if local else {os.path.basename(os.path.normpath(path))})\n"
 )
 
 # The commit of a source checkout (a submodule's .git is a file naming its gitdir), read without git (the image
@@ -126,6 +138,7 @@ class Provisioned:
     env: dict[str, dict[str, str]] = field(default_factory=dict)
     record: list[dict[str, Any]] = field(default_factory=list)
     aiperf_revision: str | None = None  # the commit of the aiperf source the replay was installed from
+    model_revision: str | None = None  # the model's commit provisioning checked (a recipe's model-revision)
 
 
 def _step(runtime: Runtime, item: str, value: str, argv: list[str], timeout_s: float = CHECK_TIMEOUT_S) -> Step:
@@ -183,13 +196,16 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
     for model in models:
         # no model root: the engine loads the hub id from the hub cache, fetched here first (as the scripts do)
         where = runtime.model_path(model) if runtime.model_root is not None else "-"
+        revision = spec.model_revision if model == spec.model else None
         steps.append(_step(runtime, f"download model {model}", "hf cache" if where == "-" else where,
-                           [py, "-c", _FETCH, "model", model, where, may], fetch_timeout))  # fmt: skip
+                           [py, "-c", _FETCH, "model", model, where, may, revision or ""], fetch_timeout))  # fmt: skip
+        if revision:  # checked by the download's own process
+            steps.append(Step("model revision", revision, steps[-1].process, fetch_timeout))
     if spec.replay.kind == "production":
         dataset = DATASETS.get(spec.replay.public_dataset)
         if dataset:
             steps.append(_step(runtime, f"download dataset {dataset}", "hf cache",
-                               [py, "-c", _FETCH, "dataset", dataset, "-", may], fetch_timeout))  # fmt: skip
+                               [py, "-c", _FETCH, "dataset", dataset, "-", may, ""], fetch_timeout))  # fmt: skip
     return steps
 
 
@@ -261,6 +277,8 @@ def run(spec: ServingSpec, runtime: Runtime, supervisor: Supervisor) -> Provisio
             out.versions.update(_json_line(lines))
         elif step.item == "aiperf revision":
             out.aiperf_revision = _json_line(lines).get("aiperf_revision")
+        elif step.item.startswith("download model "):
+            out.model_revision = _json_line(lines).get("model_revision", out.model_revision)
         elif step.item == "torch libraries":
             found = _json_line(lines)
             out.env = _torch_env(spec, {k: str(v) for k, v in found.items()})

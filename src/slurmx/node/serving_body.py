@@ -173,6 +173,7 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
             "numa": numa_record,
             "provision": [ProvisionStep(**step) for step in provisioned.record],
             "aiperf_revision": provisioned.aiperf_revision,
+            "model_revision": provisioned.model_revision,
         }  # fmt: skip
     )
     return Servers(plan, ports, started, spec, lock, telemetry_dir, peers)

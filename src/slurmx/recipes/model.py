@@ -204,6 +204,9 @@ class Recipe(_Model):
     scenario: Literal["agentic-coding", "fixed-seq-len"] = "agentic-coding"
     model_path: str | None = None  # under the runtime's model-root; default: the config's model name
     served_model_name: str | None = None
+    # the model's hub commit the upstream run pins (srt recipes' identity.model.revision); a full sha, which the hub
+    # cache names its snapshot by; provisioning fetches and checks it, the engine loads it (revision_flag)
+    model_revision: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
     # the job's wall-clock limit where the upstream run asks its own (srt-slurm's slurm.time_limit); default: the profile's
     time_limit_min: PositiveInt | None = None
     env_policy: dict[str, str]  # shared by every arm of this recipe

@@ -164,6 +164,7 @@ def resolve(
         launcher=list(recipe.engine.launcher),
         model_flag=recipe.engine.model_flag,
         model=recipe.model_path or point.model,
+        model_revision=recipe.model_revision,
         served_model_name=recipe.served_model_name or point.model,
         engine_flags=flags,
         env={**recipe.env_policy, **arm.env, **conc_env(recipe, point)},

@@ -47,6 +47,7 @@ class ServingSpec(BaseModel):
     launcher: list[str]
     model_flag: str | None
     model: str  # path under the runtime's model-root, or the config's model name
+    model_revision: str | None = None  # the recipe's pinned hub commit of `model`
     served_model_name: str
     engine_flags: list[str]  # without host, port, model and kv-transfer-config (chosen on the node)
     env: dict[str, str]

@@ -52,6 +52,7 @@ class NodeLock(_Record):
     numa: dict[str, Any] = Field(default_factory=dict)  # node/numa.py's placement record
     provision: list[ProvisionStep] = Field(default_factory=list)
     aiperf_revision: str | None = None  # the commit of the aiperf checkout the replay was installed from
+    model_revision: str | None = None  # the model's commit provisioning checked (a recipe's model-revision)
 
 
 class LockFile(NodeLock):
