@@ -100,6 +100,19 @@ def test_check_every_imported_key_on_its_fixture_tree(key: str, tmp_path: Path, 
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_every_checked_key_renders_and_dry_runs_from_its_tree(tmp_path: Path, fixtures: Path) -> None:
+    """What a team runs next after `check`: render and submit --dry-run of every imported key and the H200
+    multinode key, from the tree they came from, as a user in an empty directory."""
+    by_tree = {tree: sorted(k for k, t in IMPORTED.items() if t == tree) for tree in set(IMPORTED.values())}
+    by_tree["repo-main"].append("kimik3-fp4-h200-vllm-agentic")
+    for tree, keys in sorted(by_tree.items()):
+        for command in (["render"], ["submit", "--dry-run"]):
+            proc = slurmx([*command, *keys, "--inferencex", str(fixtures / tree)], cwd=tmp_path)
+            assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+            assert all(key in proc.stdout for key in keys), command
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+
+
 def test_an_amd_script_imports_its_sizing_and_replay_flags(tmp_path: Path, fixtures: Path) -> None:
     # minimaxm3_fp8_mi325x_mtp.sh passes --max-num-seqs "$((2 * CONC))" and appends --apply-chat-template
     # to benchmark_lib.sh's replay: the recipe sizes by concurrency and carries the replay flag
