@@ -270,6 +270,7 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
         engine["per-conc"] = [
             {**({"conc-min": r.conc_min} if r.conc_min else {}), **({"conc-max": r.conc_max} if r.conc_max else {}),
              **({"dp-attn": r.dp_attn} if r.dp_attn is not None else {}),
+             **({"tp": r.tp} if r.tp is not None else {}),
              **({"flags": _flag_data(r.flags)} if r.flags else {}), **({"env": r.env} if r.env else {})}
             for r in derived.per_conc
         ]  # fmt: skip

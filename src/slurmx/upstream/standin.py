@@ -27,7 +27,7 @@ SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
 
 
 def _record(name: str, argv: list[str], server: bool) -> None:
-    row = {"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+    row: dict[str, object] = {"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
     if server:
         row["files"] = _files_named()
         row["start"] = _started()
