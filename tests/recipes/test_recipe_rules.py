@@ -649,3 +649,9 @@ def test_replay_flags_a_script_appends_reach_the_replay_argv(seed_points: list[P
     spec = spec.model_copy(update={"replay": Replay(kind="production", flags={"--apply-chat-template": True})})
     argv = production_argv("aiperf", spec, "http://127.0.0.1:1", Path("/a"), "/m", ["http://127.0.0.1:2/metrics"])
     assert argv[-3:] == ["--apply-chat-template", "--server-metrics", "http://127.0.0.1:2/metrics"]
+
+
+def test_lmcache_arm_with_an_unknown_server_layout_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["arms"]["lmcache"]["servers"] = "per-gpu"
+    refused(tmp_path, data, "arms.lmcache.servers", "arms", "lmcache", "servers", says="per-rank")
