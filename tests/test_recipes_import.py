@@ -37,6 +37,8 @@ IMPORTED = {
     "minimaxm3-fp8-h100-vllm-agentic-mtp": "repo-main",  # Mooncake's config-file mode
     "kimik3-fp4-b300-vllm-agentic-dspark": "repo-main",  # config-file mode, its RDMA rail read from the sandbox
     "minimaxm3-fp8-h200-vllm-agentic-mtp": "repo-main",  # resolves its hub-cache snapshot in the script
+    "minimaxm3-fp8-mi300x-vllm-agentic-mtp": "repo-main",  # LMCache, one server per TP rank
+    "minimaxm3-fp4-mi355x-vllm-agentic-mtp": "repo-main",  # per-rank LMCache sized against /dev/shm (node.shm-gib)
 }
 
 pytestmark = pytest.mark.slow

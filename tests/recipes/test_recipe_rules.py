@@ -656,3 +656,9 @@ def test_a_model_revision_that_is_not_a_full_commit_is_refused(tmp_path: Path, r
     # the hub cache names a snapshot by its full commit: a branch or a short sha could load another one
     refused(tmp_path, bad(**{"model-revision": revision}), "model-revision", "model-revision", says="should match")
     assert load_recipe(write(tmp_path, bad(**{"model-revision": "9f62e4e9fffbd0a83ddd60e1c209d828994b3569"})))
+
+
+def test_lmcache_arm_with_an_unknown_server_layout_is_refused(tmp_path: Path) -> None:
+    data = bad()
+    data["arms"]["lmcache"]["servers"] = "per-gpu"
+    refused(tmp_path, data, "arms.lmcache.servers", "arms", "lmcache", "servers", says="per-rank")

@@ -11,7 +11,7 @@ from typing import Literal
 
 import pytest
 
-from slurmx.backends.base import GB, Arm, ArmProblem, backend_version
+from slurmx.backends.base import GB, Arm, ArmCapture, ArmProblem, backend_version
 from slurmx.backends.lmcache import BACKEND as LMCACHE
 from slurmx.backends.lmcache import LMCacheArm, LMCacheSpec, check_shm
 from slurmx.backends.mooncake import BACKEND as MOONCAKE
@@ -143,9 +143,13 @@ def test_lmcache_l1_in_shm_must_fit_the_tmpfs(tmp_path: Path) -> None:
     free_gb = shutil.disk_usage(tmp_path).free / GB
     huge = _lmcache(["--shm-name", "l1"], l1_size_gb=int(free_gb) + 10)
     problem = check_shm(huge, tmp_path) or ""
-    shown = re.fullmatch(rf"/dev/shm has (\d+\.\d) GB free, the L1 pool needs {int(free_gb) + 10} GB", problem)
+    # free space in whole GiB as df -BG shows it; the pool may take 90% of it (InferenceX's MI355X rule)
+    shown = re.fullmatch(
+        rf"/dev/shm has (\d+) GiB free, the L1 pool needs {int(free_gb) + 10} GB \(over (\d+), 90%\)", problem
+    )
     assert shown is not None, problem
-    assert abs(float(shown.group(1)) - free_gb) < 1.0  # others write to the same disk meanwhile
+    assert abs(int(shown.group(1)) - free_gb * GB / (1 << 30)) < 2.0  # others write to the same disk meanwhile
+    assert int(shown.group(2)) == int(shown.group(1)) * 90 // 100
     assert check_shm(_lmcache(["--shm-name", "l1"], l1_size_gb=0), tmp_path) is None
     assert check_shm(_lmcache([], l1_size_gb=int(free_gb) + 10), tmp_path) is None
 
@@ -199,3 +203,59 @@ def test_a_ranks_share_passed_as_the_server_wide_size_is_read_as_the_per_rank_se
         ("cpu_bytes_to_use_per_rank", 356_000_000_000, True),
         ("cpu_bytes_to_use_per_rank", 356_125_000_000, False),
     ]
+
+
+def test_lmcache_per_rank_servers_split_the_pool_and_the_connector_lists_every_url() -> None:
+    arm = LMCacheArm(l1_fraction=1.0, chunk_size=256, transfer_mode="lmcache_driven", servers="per-rank",
+                     mq_timeout_s=6000.0, server_flags={"--max-workers": 2})  # fmt: skip
+    spec = LMCACHE.spec(arm, _point("lmcache", 1947, tp=8))
+    assert (spec.servers, spec.l1_size_gb, spec.shard_gb(), spec.host_memory_bytes()) == (8, 1947, 243, 1944 * GB)
+    names = LMCACHE.ports_of(spec)
+    assert names[:4] == ("lmcache.0", "lmcache-http.0", "lmcache.1", "lmcache-http.1") and len(names) == 16
+    ports = ServerPorts(engine=8888, named={name: 30000 + i for i, name in enumerate(names)})
+    servers = LMCACHE.servers(spec, ports, VENV, {"PYTHONHASHSEED": "0"})
+    assert [s.name for s in servers] == [f"lmcache.{i}" for i in range(8)] == list(LMCACHE.server_names(spec))
+    for i, server in enumerate(servers):
+        argv = server.argv
+        assert argv[argv.index("--port") + 1] == str(30000 + 2 * i)
+        assert argv[argv.index("--http-port") + 1] == str(30001 + 2 * i)
+        assert argv[argv.index("--l1-size-gb") + 1] == "243"
+        assert server.health_url == f"http://127.0.0.1:{30001 + 2 * i}/healthcheck"
+    offload = LMCACHE.offload(spec, ports, VLLM.name)
+    assert offload is not None and dict(offload.settings) == {
+        "lmcache.mp.server_urls": ",".join(f"tcp://127.0.0.1:{30000 + 2 * i}" for i in range(8)),
+        "lmcache.mp.mq_timeout": 6000.0,
+    }
+    assert LMCACHE.metrics_urls(spec, ports) == [f"http://127.0.0.1:{30001 + 2 * i}/metrics" for i in range(8)]
+    one = LMCACHE.spec(arm.model_copy(update={"servers": "one"}), _point("lmcache", 1947, tp=8))
+    assert (one.servers, LMCACHE.ports_of(one), one.shard_gb()) == (1, ("lmcache", "lmcache-http"), 1947)
+    with pytest.raises(ArmProblem) as caught:  # 7 GB over 8 servers leaves each 0 GB
+        LMCACHE.spec(arm, _point("lmcache", 7, tp=8))
+    assert caught.value.field == ("servers",)
+
+
+def test_lmcache_knobs_rebuild_per_rank_servers_from_a_capture() -> None:
+    points = [_point("lmcache", 299, tp=4), _point("lmcache", 298, tp=4), _point("lmcache", 235, tp=4)]
+    flags = {"--host": "127.0.0.1", "--http-host": "127.0.0.1", "--chunk-size": 256,
+             "--supported-transfer-mode": "lmcache_driven", "--max-workers": 2}  # fmt: skip
+    handed = [ArmCapture(servers={f"lmcache.{i}": {**flags, "--port": 5555 + i, "--http-port": 8080 + i,
+                                                   "--l1-size-gb": p.total_cpu_dram_gb // 4} for i in range(4)},
+                         import_checks=("cupy",), measured=("/dev/shm",)) for p in points]  # fmt: skip
+    urls = ",".join(f"tcp://127.0.0.1:{5555 + i}" for i in range(4))
+    config = {"kv_connector": "LMCacheMPConnector", "kv_connector_extra_config": {"lmcache.mp.server_urls": urls}}
+    knobs = LMCACHE.knobs_from_connector([config] * 3, points, handed)
+    assert knobs == {"l1-fraction": 1.0, "servers": "per-rank", "chunk-size": 256, "transfer-mode": "lmcache_driven",
+                     "server-flags": {"--max-workers": 2}, "import-check": ["cupy"], "shm-check": True}  # fmt: skip
+    swapped = {**config, "kv_connector_extra_config": {"lmcache.mp.server_urls": ",".join(reversed(urls.split(",")))}}
+    with pytest.raises(ValueError, match="rank order"):
+        LMCACHE.knobs_from_connector([swapped] * 3, points, handed)
+
+
+def test_lmcache_shm_check_refuses_a_pool_over_90_percent_of_free_shm(tmp_path: Path) -> None:
+    free_gib = -(-shutil.disk_usage(tmp_path).free // (1 << 30))
+    fits = LMCacheSpec(name="lmcache", l1_size_gb=free_gib * 90 // 100, l1_fraction=1.0, chunk_size=256,
+                       transfer_mode="lmcache_driven", shm_check=True)  # fmt: skip
+    assert check_shm(fits, tmp_path) is None
+    over = fits.model_copy(update={"l1_size_gb": fits.l1_size_gb + 1})
+    assert "90%" in (check_shm(over, tmp_path) or "")
+    assert check_shm(over.model_copy(update={"shm_check": False}), tmp_path) is None  # no segment, no check

@@ -82,12 +82,16 @@ class LogPattern:
 class ArmCapture:
     """What one point's upstream script handed an arm's backend, beyond the connector JSON (recipes import):
     the files its engine's env names (env name -> text, as the engine found them), the flags of each of the
-    backend's own servers it started (slurmx process name -> flags, as a recipe writes them) and the
-    distributions it pip-installs (name -> its requirement and options, as provisioning facts name them)."""
+    backend's own servers it started (slurmx process name -> flags, as a recipe writes them: a server the script
+    starts several times is named `NAME.0`, `NAME.1`, ... in start order), the distributions it pip-installs
+    (name -> its requirement and options, as provisioning facts name them), the modules it checks import, and the
+    node's paths it measured with `df` (/dev/shm: a script that sizes a pool against its free space)."""
 
     files: Mapping[str, str] = field(default_factory=dict)
     servers: Mapping[str, Flags] = field(default_factory=dict)
     installs: Mapping[str, str] = field(default_factory=dict)
+    import_checks: tuple[str, ...] = ()
+    measured: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,14 @@ class Backend(Protocol[S]):
 
     def engine_files(self, spec: S, ports: ServerPorts, run_dir: Path) -> list[EngineFile]:
         """Files the node writes under `run_dir` before the engine starts, each named to it by an env variable."""
+        ...
+
+    def ports_of(self, spec: S) -> tuple[str, ...]:
+        """The names of the ports this point's servers take (`port_names`, unless the spec starts several)."""
+        ...
+
+    def server_names(self, spec: S) -> tuple[str, ...]:
+        """The names of the processes `servers` starts for this point (provisioning's env is keyed by them)."""
         ...
 
     def spec(self, arm: Arm, point: Point) -> S:
@@ -212,6 +224,12 @@ class BaseBackend(Generic[S]):
 
     def engine_files(self, spec: S, ports: ServerPorts, run_dir: Path) -> list[EngineFile]:
         return []
+
+    def ports_of(self, spec: S) -> tuple[str, ...]:
+        return self.port_names
+
+    def server_names(self, spec: S) -> tuple[str, ...]:
+        return (self.name,) if self.port_names else ()
 
     def spec(self, arm: Arm, point: Point) -> S:
         raise NotImplementedError

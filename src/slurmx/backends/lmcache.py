@@ -1,9 +1,18 @@
-"""LMCache multiprocess server and its LMCacheMPConnector (the connector's module path is always set)."""
+"""LMCache multiprocess server and its LMCacheMPConnector (the connector's module path is always set).
+
+Two layouts, the arm's `servers` knob:
+- `one` (the default): one server holds the whole L1 pool; the connector JSON names its host and port;
+- `per-rank`: one server per TP rank (`lmcache.0` .. `lmcache.<TP-1>`), each holding `L1 // TP` GB, each on its
+  own pair of ports, health-checked and torn down like the one; the connector JSON lists every server's URL
+  (`lmcache.mp.server_urls`), as InferenceX's MiniMax-M3 MI300X/MI355X scripts start theirs.
+"""
 
 from __future__ import annotations
 
+import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,6 +21,7 @@ from pydantic import Field
 from slurmx.backends.base import (
     GB,
     Arm,
+    ArmCapture,
     ArmProblem,
     BackendSpec,
     BaseBackend,
@@ -35,6 +45,9 @@ CONNECTOR_MODULE = CONNECTOR_MODULES.format(engine=DEFAULT_ENGINE)  # the defaul
 TYPED_FLAGS = frozenset({
     "--host", "--port", "--http-host", "--http-port", "--l1-size-gb", "--chunk-size", "--supported-transfer-mode",
 })  # fmt: skip
+PORT_FLAGS = frozenset({"--port", "--http-port", "--l1-size-gb"})  # one server's own (import compares the rest)
+# what the backend writes into the connector JSON from the point and the arm's typed knobs
+CONNECTOR_OWN = frozenset({"lmcache.mp.host", "lmcache.mp.port", "lmcache.mp.server_urls", "lmcache.mp.mq_timeout"})
 # Allocator settings that break LMCache's CUDA-IPC export of the KV cache.
 IPC_BREAKING_FLAGS = ("--enable-cumem-allocator",)
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -62,8 +75,19 @@ LOG_PATTERNS = (
 )
 
 
+SERVER = "lmcache"  # the one server's process name; per-rank servers are lmcache.0, lmcache.1, ...
+PORT, HTTP_PORT = "lmcache", "lmcache-http"
+HOST = "127.0.0.1"
+SHM_CAP = 0.9  # the share of free /dev/shm an L1 pool may take (InferenceX's MI355X MiniMax-M3 rule)
+GIB = 1 << 30
+Layout = Literal["one", "per-rank"]
+
+
 class LMCacheArm(Arm):
     l1_fraction: float = Field(gt=0, le=1)  # L1 = this x total-cpu-dram-gb
+    servers: Layout = "one"  # per-rank: one server per TP rank, each L1 // TP GB
+    # refuse a point whose L1 pool exceeds SHM_CAP of free /dev/shm even without --shm-name (the script's own check)
+    shm_check: bool = False
     chunk_size: int = Field(gt=0)
     transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"]
     mq_timeout_s: float | None = None
@@ -72,16 +96,30 @@ class LMCacheArm(Arm):
 
 
 class LMCacheSpec(BackendSpec):
-    l1_size_gb: int
+    l1_size_gb: int  # the whole pool: each of `servers` servers holds l1_size_gb // servers
     l1_fraction: float
+    servers: int = 1
+    shm_check: bool = False
     chunk_size: int
     transfer_mode: str
     mq_timeout_s: float | None = None
     server_flags: list[str] = []
     import_check: list[str] = []
 
+    def shard_gb(self) -> int:
+        """Each server's --l1-size-gb."""
+        return self.l1_size_gb // self.servers
+
     def host_memory_bytes(self) -> int:
-        return self.l1_size_gb * GB
+        return self.shard_gb() * self.servers * GB
+
+    def names(self) -> list[str]:
+        """The servers' process names, in start order."""
+        return [SERVER] if self.servers == 1 else [f"{SERVER}.{i}" for i in range(self.servers)]
+
+    def ports(self, index: int) -> tuple[str, str]:
+        """The names of server `index`'s ZMQ and HTTP ports."""
+        return (PORT, HTTP_PORT) if self.servers == 1 else (f"{PORT}.{index}", f"{HTTP_PORT}.{index}")
 
     def shm_name(self) -> str:
         """The named /dev/shm segment L1 lives in, or "" for process memory."""
@@ -130,11 +168,18 @@ class LMCache(BaseBackend[LMCacheSpec]):
         size = l1_size_gb(point.total_cpu_dram_gb, arm.l1_fraction)
         if not size:
             raise ArmProblem(("l1-fraction",), f"L1 of {point.exp_name} rounds to 0 GB of {point.total_cpu_dram_gb} GB")
+        servers = point.tp if arm.servers == "per-rank" else 1
+        if size < servers:
+            raise ArmProblem(
+                ("servers",), f"{point.exp_name}: an L1 of {size} GB leaves each of {servers} servers 0 GB"
+            )
         return LMCacheSpec(
             name=self.name,
             version=backend_version(point),
             l1_size_gb=size,
             l1_fraction=arm.l1_fraction,
+            servers=servers,
+            shm_check=arm.shm_check,
             chunk_size=arm.chunk_size,
             transfer_mode=arm.transfer_mode,
             mq_timeout_s=arm.mq_timeout_s,
@@ -143,25 +188,99 @@ class LMCache(BaseBackend[LMCacheSpec]):
             startup_timeout_s=arm.startup_timeout_s,
         )
 
+    def probes(self, point: Point) -> list[Point]:
+        # L1 = int(budget x fraction) // servers: budgets one GB apart over a cycle of the ranks and two far ones
+        # narrow the fractions that fit down to one; half the TP shows whether the servers follow the ranks
+        ranks, budget = point.tp, point.total_cpu_dram_gb
+        budgets = [budget - d for d in (*range(1, ranks + 2), 16 * ranks, 32 * ranks) if budget - d > 0]
+        variants = [replace(point, total_cpu_dram_gb=b, exp_name="", point_id="") for b in budgets]
+        if point.tp > 1 and point.tp % 2 == 0 and not point.multinode:
+            variants.append(replace(point, tp=point.tp // 2, exp_name="", point_id=""))
+        return variants
+
+    def knobs_from_connector(
+        self, configs: list[dict[str, Any]], points: list[Point], handed: Sequence[ArmCapture] = ()
+    ) -> dict[str, Any]:
+        """The arm knobs that rebuild the captured LMCacheMPConnector JSON and the servers the script started: one
+        (the JSON names its port) or one per TP rank (the JSON lists their URLs, rank order), their L1 sizes, flags,
+        the modules the script checks import and whether it sized the pool against free /dev/shm."""
+        if not configs or any(c.get("kv_connector") != CONNECTOR for c in configs):
+            raise ValueError(f"no {CONNECTOR} JSON was captured on every point")
+        if len(handed) != len(points):
+            raise ValueError("the LMCache servers the script started were not captured on every point")
+        extras = [c.get("kv_connector_extra_config", {}) for c in configs]
+        if not all(isinstance(e, dict) for e in extras):
+            raise ValueError("kv_connector_extra_config is not a JSON object")
+        layouts, sizes, flags = set(), [], []
+        for point, seen, extra in zip(points, handed, extras, strict=True):
+            names = sorted((n for n in seen.servers if n.partition(".")[0] == SERVER), key=_rank)
+            layout = _layout(point, names, extra, seen.servers)
+            layouts.add(layout)
+            shards = {_int_flag(seen.servers[n], "--l1-size-gb") for n in names}
+            if len(shards) != 1:
+                raise ValueError(f"{point.exp_name or point.parallelism}: the servers' --l1-size-gb differ")
+            sizes.append((point, len(names), shards.pop()))
+            flags += [{k: v for k, v in seen.servers[n].items() if k not in PORT_FLAGS} for n in names]
+        if len(layouts) != 1:
+            raise ValueError("the points start one LMCache server on some and one per rank on others")
+        server = _one(flags, "the LMCache servers' flags")
+        knobs: dict[str, Any] = {"l1-fraction": l1_fraction(sizes)}
+        if layouts.pop() == "per-rank":
+            knobs["servers"] = "per-rank"
+        knobs["chunk-size"] = _int_flag(server, "--chunk-size")
+        knobs["transfer-mode"] = server.get("--supported-transfer-mode")
+        if knobs["transfer-mode"] is None:
+            raise ValueError("the LMCache server passes no --supported-transfer-mode")
+        timeouts = [e.get("lmcache.mp.mq_timeout") for e in extras]
+        if (timeout := _one(timeouts, "lmcache.mp.mq_timeout")) is not None:
+            knobs["mq-timeout-s"] = timeout
+        unknown = sorted({k for e in extras for k in e} - CONNECTOR_OWN)
+        if unknown:
+            raise ValueError(f"connector setting {', '.join(unknown)}: the lmcache arm has no knob for it")
+        rest = {k: v for k, v in server.items() if k not in TYPED_FLAGS}
+        if rest:
+            knobs["server-flags"] = rest
+        module = CONNECTOR_MODULES.format(engine=DEFAULT_ENGINE)
+        checks = _one([[m for m in c.import_checks if m != module] for c in handed], "the modules checked")
+        if checks:
+            knobs["import-check"] = checks
+        if all("/dev/shm" in c.measured for c in handed):
+            knobs["shm-check"] = True
+        return knobs
+
+    def ports_of(self, spec: LMCacheSpec) -> tuple[str, ...]:
+        return tuple(name for i in range(spec.servers) for name in spec.ports(i))
+
+    def server_names(self, spec: LMCacheSpec) -> tuple[str, ...]:
+        return tuple(spec.names())
+
     def servers(self, spec: LMCacheSpec, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
-        argv = [
-            runtime.lmcache_bin, "server",
-            "--host", "127.0.0.1",
-            "--port", str(ports["lmcache"]),
-            "--http-host", "127.0.0.1",
-            "--http-port", str(ports["lmcache-http"]),
-            "--l1-size-gb", str(spec.l1_size_gb),
-            "--chunk-size", str(spec.chunk_size),
-            "--supported-transfer-mode", spec.transfer_mode,
-            *spec.server_flags,
-        ]  # fmt: skip
         # the server hashes chunks with the same seed as the engine, or no lookup ever hits
         server_env = {**COMMON_ENV, "PYTHONHASHSEED": env["PYTHONHASHSEED"], "LMCACHE_DISABLE_BANNER": "1"}
-        health = loopback(ports["lmcache-http"], "/healthcheck")
-        return [Process("lmcache", runtime.wrap(argv, "lmcache"), server_env, health, spec.startup_timeout_s)]
+        processes = []
+        for index, name in enumerate(spec.names()):
+            port, http = spec.ports(index)
+            argv = [
+                runtime.lmcache_bin, "server",
+                "--host", HOST,
+                "--port", str(ports[port]),
+                "--http-host", HOST,
+                "--http-port", str(ports[http]),
+                "--l1-size-gb", str(spec.shard_gb()),
+                "--chunk-size", str(spec.chunk_size),
+                "--supported-transfer-mode", spec.transfer_mode,
+                *spec.server_flags,
+            ]  # fmt: skip
+            health = loopback(ports[http], "/healthcheck")
+            processes.append(Process(name, runtime.wrap(argv, name), dict(server_env), health, spec.startup_timeout_s))
+        return processes
 
     def offload(self, spec: LMCacheSpec, ports: ServerPorts, engine: str) -> KvOffload | None:
-        extra: dict[str, Any] = {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": ports["lmcache"]}
+        if spec.servers > 1:  # the connector talks to rank i's server at the i-th URL
+            urls = [f"tcp://{HOST}:{ports[spec.ports(i)[0]]}" for i in range(spec.servers)]
+            extra: dict[str, Any] = {"lmcache.mp.server_urls": ",".join(urls)}
+        else:
+            extra = {"lmcache.mp.host": f"tcp://{HOST}", "lmcache.mp.port": ports[PORT]}
         if spec.mq_timeout_s is not None:
             extra["lmcache.mp.mq_timeout"] = spec.mq_timeout_s
         return KvOffload(CONNECTOR, extra, module=CONNECTOR_MODULES.format(engine=engine))
@@ -173,10 +292,10 @@ class LMCache(BaseBackend[LMCacheSpec]):
         return [CONNECTOR_MODULES.format(engine=engine), *spec.import_check]
 
     def metrics_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
-        return [loopback(ports["lmcache-http"], "/metrics")]
+        return [loopback(ports[spec.ports(i)[1]], "/metrics") for i in range(spec.servers)]
 
     def cache_reset_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
-        return [loopback(ports["lmcache-http"], "/cache/clear")]
+        return [loopback(ports[spec.ports(i)[1]], "/cache/clear") for i in range(spec.servers)]
 
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
         counters = {field: deltas[name] for field, name in TIER_COUNTERS.items() if name in deltas}
@@ -186,13 +305,60 @@ class LMCache(BaseBackend[LMCacheSpec]):
         return TierReading(counters, hits, absent)
 
 
+def l1_fraction(sizes: Sequence[tuple[Point, int, int]]) -> float:
+    """The one l1-fraction (in hundredths, the fewest digits first) under which every (point, servers, each
+    server's L1 GB) follows int(budget x fraction) // servers; ValueError when none does."""
+    fits = [k / 100 for k in range(100, 0, -1)
+            if all(l1_size_gb(p.total_cpu_dram_gb, k / 100) // n == gb for p, n, gb in sizes)]  # fmt: skip
+    if not fits:
+        raise ValueError("--l1-size-gb follows no int(budget x fraction) // servers on these points")
+    return min(fits, key=lambda f: (len(repr(f)), -f))
+
+
+def _layout(point: Point, names: list[str], extra: dict[str, Any], servers: Mapping[str, Flags]) -> Layout:
+    """One server whose port the JSON names, or one per TP rank whose URLs it lists in rank order."""
+    if names == [SERVER] and "lmcache.mp.server_urls" not in extra:
+        port = extra.get("lmcache.mp.port")
+        if port is not None and str(port) != str(servers[SERVER].get("--port")):
+            raise ValueError(f"lmcache.mp.port {port} is not the server's --port")
+        return "one"
+    ranks = [f"{SERVER}.{i}" for i in range(point.tp)]
+    if names != ranks:
+        raise ValueError(f"{len(names)} LMCache servers on a TP{point.tp} point: neither one nor one per rank")
+    urls = str(extra.get("lmcache.mp.server_urls", "")).split(",")
+    ports = [f"tcp://{HOST}:{servers[n].get('--port')}" for n in ranks]
+    if urls != ports:
+        raise ValueError(f"lmcache.mp.server_urls {','.join(urls)!r} are not the servers' ports in rank order")
+    return "per-rank"
+
+
+def _rank(name: str) -> int:
+    return int(name.partition(".")[2] or 0)
+
+
+def _int_flag(flags: Flags, name: str) -> int:
+    value = flags.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"the LMCache server's {name} {value!r} is not a whole number")
+    return value
+
+
+def _one(values: Sequence[Any], what: str) -> Any:
+    if len({json.dumps(v, sort_keys=True) for v in values}) != 1:
+        raise ValueError(f"{what} differ between points")
+    return values[0]
+
+
 def check_shm(spec: LMCacheSpec, shm: Path = Path("/dev/shm")) -> str | None:
-    """L1 in /dev/shm (a named --shm-name) is silently capped by the tmpfs size: refuse instead."""
-    if not spec.shm_name():
+    """L1 in /dev/shm (a named --shm-name, or any L1 where the arm asks for the script's check) is silently capped
+    by the tmpfs size: refuse a pool over SHM_CAP of its free space, in whole GiB as `df -BG` reports it (InferenceX's
+    minimaxm3_fp4_mi355x_mtp.sh: SHM_CAP_GB=$((SHM_FREE_GB * 90 / 100)), refused when L1 exceeds it)."""
+    if not spec.shm_name() and not spec.shm_check:
         return None
-    free = shutil.disk_usage(shm).free
-    need = spec.host_memory_bytes()
-    return f"/dev/shm has {free / GB:.1f} GB free, the L1 pool needs {need / GB:.0f} GB" if free < need else None
+    free_gib = -(-shutil.disk_usage(shm).free // GIB)  # df -BG rounds up
+    cap = free_gib * int(SHM_CAP * 100) // 100
+    need = spec.host_memory_bytes() // GB
+    return f"/dev/shm has {free_gib} GiB free, the L1 pool needs {need} GB (over {cap}, 90%)" if need > cap else None
 
 
 BACKEND = LMCache()

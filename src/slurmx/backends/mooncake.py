@@ -190,6 +190,9 @@ class Mooncake(BaseBackend[MooncakeSpec]):
             local_buffer_gb=config.local_buffer_gb if config is not None else 0,
         )
 
+    def server_names(self, spec: MooncakeSpec) -> tuple[str, ...]:
+        return (MASTER,)
+
     def servers(self, spec: MooncakeSpec, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
         argv = [runtime.mooncake_master_bin, "--port", str(ports[MASTER]), *spec.master_flags]
         return [Process(MASTER, runtime.wrap(argv, MASTER), {}, None, 60)]

@@ -119,7 +119,9 @@ def check_keys(tree: Path, inputs: Inputs, keys: list[str]) -> tuple[list[PointC
 def compare_one(tree: Path, key: str, item: Resolved) -> PointCompare:
     if item.point.multinode:
         return compare_multinode(key, item, tree, point_processes)
-    return compare_point(key, item, upstream_for(tree, item.point), point_processes)
+    node = item.profile.node
+    upstream = upstream_for(tree, item.point, node.shm_gib if node is not None else None)
+    return compare_point(key, item, upstream, point_processes)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -185,7 +187,9 @@ def launcher_notes(tree: Path, compared: list[PointCompare]) -> list[str]:
 def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoolExecutor) -> str:
     """Capture every point of `key`, derive its recipe, write it (unless unchanged); what happened, one line."""
     points = inputs.key_points(key)
-    captured: list[Captured] = list(pool.map(lambda p: capture_point(p, upstream_for(tree, p)), points))
+    captured: list[Captured] = list(
+        pool.map(lambda p: capture_point(p, upstream_for(tree, p, shm_of(inputs, p))), points)
+    )
     data = import_key(key, captured)
     gpu = points[0].runner.removeprefix("cluster:").split("-")[0]
     stem = recipe_stem(points[0], gpu)
@@ -208,6 +212,12 @@ def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoo
         f"{len(rows)} generic declared rows in {table}{'' if rows_written else ' (unchanged)'}" if rows else "no rows"
     )
     return f"{key}: {'wrote' if written else 'unchanged'} {path} ({len(points)} points); {what}"
+
+
+def shm_of(inputs: Inputs, point: Point) -> int | None:
+    """The point's cluster node's /dev/shm in GiB (its profile's node.shm-gib), for the capture's df."""
+    profile = inputs.clusters.profile(point.runner)
+    return profile.node.shm_gib if profile is not None and profile.node is not None else None
 
 
 def generic_rows(tree: Path, key: str, jobs: Path) -> tuple[list[Difference], dict[Difference, str]]:

@@ -111,6 +111,9 @@ class NodeProfile(_Model):
     # Why this node's GPUs get no hygiene checks and no power samples (their vendor's tools are not NVML):
     # the job records the reason and goes on, as on a node with no GPU at all.
     gpu_checks_absent: str | None = Field(default=None, min_length=1)
+    # The node's /dev/shm in GiB, as `df -BG` reports it: what an upstream script that sizes LMCache against free
+    # /dev/shm sees under capture (the capture's `df` stand-in, upstream/capture.py); None: not known.
+    shm_gib: PositiveInt | None = None
 
 
 class ClusterProfile(_Model):

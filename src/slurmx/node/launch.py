@@ -51,11 +51,11 @@ def write_files(process: Process) -> None:
 
 def ports_needed(spec: ServingSpec) -> int:
     """Free ports a point needs on its node: the engine's, one behind a router, and the backend's own."""
-    return 3 + len(spec.implementation.backend.port_names)
+    return 3 + len(spec.implementation.backend.ports_of(spec.backend))
 
 
 def choose_ports(spec: ServingSpec, free: list[int]) -> ServerPorts:
-    names = spec.implementation.backend.port_names
+    names = spec.implementation.backend.ports_of(spec.backend)
     return ServerPorts(
         engine=free[0],
         engine_behind_router=free[1],

@@ -253,7 +253,8 @@ def _torch_env(spec: ServingSpec, found: dict[str, str]) -> dict[str, dict[str, 
     if not spec.implementation.backend.preloads_torch:
         return {}
     path = {"LD_LIBRARY_PATH": found["ld_library_path"]}
-    return {spec.backend.name: {"LD_PRELOAD": found["ld_preload"], **path}, "engine": dict(path)}
+    servers = spec.implementation.backend.server_names(spec.backend)
+    return {**{name: {"LD_PRELOAD": found["ld_preload"], **path} for name in servers}, "engine": dict(path)}
 
 
 def run(spec: ServingSpec, runtime: Runtime, supervisor: Supervisor) -> Provisioned:

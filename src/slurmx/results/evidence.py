@@ -41,15 +41,15 @@ def log_failures(arm: str, logs: Mapping[str, Path], fatal_only: bool = False) -
     for pattern in backends.get(arm).log_patterns:
         if fatal_only and not pattern.fatal:
             continue
-        path = logs.get(pattern.log)
-        if path is None or not path.is_file():
-            continue
-        regex = re.compile(pattern.regex)
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            for number, line in enumerate(handle, 1):
-                if regex.search(line):
-                    found.append(f"{pattern.reason} ({path.name}:{number})")
-                    break
+        # the log of the process the pattern names, or of each of its servers (lmcache.0, lmcache.1, ...)
+        paths = [path for name, path in logs.items() if name.partition(".")[0] == pattern.log]
+        for path in (p for p in paths if p.is_file()):
+            regex = re.compile(pattern.regex)
+            with path.open(encoding="utf-8", errors="replace") as handle:
+                hit = next((n for n, line in enumerate(handle, 1) if regex.search(line)), None)
+            if hit is not None:
+                found.append(f"{pattern.reason} ({path.name}:{hit})")
+                break
     return found
 
 

@@ -50,9 +50,17 @@ def _process_text(process: Process) -> str:
     return "\n".join(lines)
 
 
+def review_port(name: str, index: int) -> int:
+    """A backend port's placeholder: REVIEW_PORTS's, the i-th server's (`NAME.i`) that plus i, else one of its own."""
+    base, _, server = name.partition(".")
+    if name in REVIEW_PORTS or (base in REVIEW_PORTS and server.isdigit()):
+        return REVIEW_PORTS.get(name) or REVIEW_PORTS[base] + int(server)
+    return 23888 + 1000 * index
+
+
 def review_ports(spec: ServingSpec) -> ServerPorts:
-    names = spec.implementation.backend.port_names
-    named = {name: REVIEW_PORTS.get(name, 23888 + 1000 * i) for i, name in enumerate(names)}
+    names = spec.implementation.backend.ports_of(spec.backend)
+    named = {name: review_port(name, i) for i, name in enumerate(names)}
     return ServerPorts(engine=8888, engine_behind_router=8889, router_metrics=18888, named=named)
 
 

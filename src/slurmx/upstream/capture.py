@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,8 +41,11 @@ SERVERS: dict[str, str] = {
     "mooncake_master": "mooncake-master",
 }
 SERVER_STANDINS = tuple(SERVERS)
+# the backends' own servers: a script may start one several times (one LMCache server per TP rank)
+BACKEND_SERVERS = frozenset({"lmcache", "mooncake_master"})
 STANDINS = (
     *SERVER_STANDINS, "aiperf", "python3", "python", "hf", "uv", "git", "nvidia-smi", "rocm-smi", "amd-smi", "curl", "nm", "ldd", "apt-get",
+    "df",  # /dev/shm as the point's cluster node has it (Upstream.shm_gib); any other path this machine's
     "bash",  # recorded, then the real bash: which of the tree's own scripts the script runs
 )  # fmt: skip
 SCRIPT_PROGRAMS = ("bash", "python3", "python")  # what a script runs a file of the tree with
@@ -85,6 +89,9 @@ class Upstream:
     # where it rewrites MODEL, the cache locations of launcher.CACHE_ENV); "{work}/" as in model_path
     launcher_env: tuple[tuple[str, str], ...] = ()
     launch: Launch | None = None  # the run of the point's launcher these were read from (None: not run)
+    # the size of the point's cluster node's /dev/shm in GiB (its profile's node.shm-gib), which `df` reports under
+    # capture (all of it free: the node is the point's); None: df of /dev/shm fails, as on a node without one
+    shm_gib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,13 +100,26 @@ class Started:
     argv: list[str]  # without the program name
     env: dict[str, str]  # the whole env it got
     files: dict[str, str] = field(default_factory=dict)  # a server's: the files its env names (env name -> text)
+    start: tuple[int, int] = (0, 0)  # a server's fork (clock tick, pid): the order the script started it in
 
     def env_delta(self, base: dict[str, str]) -> dict[str, str]:
         """What the script (or benchmark_lib.sh) set beyond the launcher's env."""
         return {k: v for k, v in self.env.items() if base.get(k) != v and k not in _SHELL_NOISE}
 
 
-_SHELL_NOISE = {"SHLVL", "_", "PWD", "OLDPWD", "STANDIN_LOG", "STANDIN_BIN", "STANDIN_PACKAGES"}
+def process_names(started: list[Started], table: Mapping[str, str] = SERVERS) -> list[str | None]:
+    """The slurmx process each started program is (`table`: program -> process; None: none): a backend server
+    the script started several times is NAME.0, NAME.1, ... in the order the script forked them (their records
+    land in no fixed order), as slurmx names its servers."""
+    names: list[str | None] = [table.get(s.name) for s in started]
+    for program in BACKEND_SERVERS:
+        runs = sorted((s.start, i) for i, s in enumerate(started) if s.name == program)
+        for number, (_, i) in enumerate(runs if len(runs) > 1 else []):
+            names[i] = f"{names[i]}.{number}"
+    return names
+
+
+_SHELL_NOISE = {"SHLVL", "_", "PWD", "OLDPWD", "STANDIN_LOG", "STANDIN_BIN", "STANDIN_PACKAGES", "STANDIN_SHM_GIB"}
 IMAGE_PACKAGES = ",".join(dict.fromkeys(p for e in engines.REGISTRY.values() for p in e.image_packages))
 
 
@@ -253,6 +273,7 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
         "STANDIN_LOG": str(log),
         "STANDIN_BIN": str(bin_dir),
         "STANDIN_PACKAGES": IMAGE_PACKAGES,
+        **({"STANDIN_SHM_GIB": str(upstream.shm_gib)} if upstream.shm_gib is not None else {}),
     }
     scratch = {name: str(work / "tmp" / leaf) for name, leaf in SCRATCH_ENV}
     env.update(scratch)
@@ -272,7 +293,7 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
     started = []
     for line in log.read_text().splitlines() if log.exists() else []:
         row = ast.literal_eval(line)
-        started.append(Started(row["name"], row["argv"], row["env"], row.get("files", {})))
+        started.append(Started(row["name"], row["argv"], row["env"], row.get("files", {}), row.get("start", (0, 0))))
     launcher_base = {**base, "PATH": env["PATH"], "TMPDIR": env["TMPDIR"],
                      "INFMAX_CONTAINER_WORKSPACE": env["INFMAX_CONTAINER_WORKSPACE"], **scratch}  # fmt: skip
     return Capture(started, launcher_base, proc.returncode, output, work, runs=_runs(started, tree))

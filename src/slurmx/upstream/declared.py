@@ -26,7 +26,7 @@ class Declared:
     """One reviewed row of the table: a difference that is meant, and why."""
 
     keys: tuple[str, ...]  # config keys it applies to; () for all
-    processes: tuple[str, ...]  # the processes it applies to
+    processes: tuple[str, ...]  # the processes it applies to (`lmcache` also each of its servers: lmcache.0, ...)
     item: str
     upstream: str | None
     slurmx: str | None
@@ -38,7 +38,7 @@ class Declared:
     def covers(self, key: str, diff: Difference) -> bool:
         return (
             (not self.keys or key in self.keys)
-            and diff.process in self.processes
+            and (diff.process in self.processes or diff.process.partition(".")[0] in self.processes)
             and (self.item, self.upstream, self.slurmx) == (diff.item, diff.upstream, diff.slurmx)
         )
 
@@ -206,6 +206,11 @@ LAUNCHER_PORT_WHY = (
     "run-time port: the launcher exports the port its script serves on (8888, or one derived from the job id); "
     "slurmx picks the server's port on the node when the job starts"
 )
+SERVER_PORT_WHY = (
+    "run-time port: the script gives each of its LMCache servers a fixed port; slurmx picks every server's ports free "
+    "on the node when the job starts (render shows placeholders) and names them to the engine's connector"
+)
+_SERVER_URLS = re.compile(r"tcp://127\.0\.0\.1:\d+(,tcp://127\.0\.0\.1:\d+)*")
 TOKENIZER_WHY = (
     "slurmx's replay reads the tokenizer from the staged model (a compute node may have no hub access); the "
     "script names the model's hub id"
@@ -252,6 +257,16 @@ def own_choice(diff: Difference) -> str | None:
         return ENGINE_METRICS_WHY
     if (diff.process, diff.item, diff.slurmx) == ("launcher", "env PORT", None) and (diff.upstream or "").isdigit():
         return LAUNCHER_PORT_WHY
+    both = (diff.upstream or "", diff.slurmx or "")
+    server_port = diff.process.partition(".")[0] == "lmcache" and diff.item in ("--port", "--http-port")
+    if server_port and all(v.isdigit() for v in both):
+        return SERVER_PORT_WHY
+    urls = (diff.process, diff.item) == (
+        "engine",
+        "--kv-transfer-config/kv_connector_extra_config/lmcache.mp.server_urls",
+    )
+    if urls and all(_SERVER_URLS.fullmatch(v) for v in both) and len({v.count(",") for v in both}) == 1:
+        return SERVER_PORT_WHY
     if diff.item.startswith("env ") and diff.slurmx is None and _names_port(diff.upstream or ""):
         return PORT_WHY
     if diff.process == "engine" and diff.item.startswith(f"env {REPLAY_ONLY_ENV}") and diff.slurmx is None:
@@ -285,7 +300,7 @@ def _names_port(value: str) -> bool:
 
 def _kind(diff: Difference) -> str:
     why = own_choice(diff)
-    ports = (PORT_WHY, LAUNCHER_PORT_WHY)
+    ports = (PORT_WHY, LAUNCHER_PORT_WHY, SERVER_PORT_WHY)
     return "cluster-layout" if why is None else "run-time-port" if why in ports else "deliberate"
 
 

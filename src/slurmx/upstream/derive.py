@@ -60,9 +60,10 @@ class ConcRange:
     flags: Flags
     env: dict[str, str] = field(default_factory=dict)
     dp_attn: bool | None = None  # the points of one side of data-parallel attention only
+    tp: int | None = None  # the points of one tensor parallelism only
 
 
-Bounds = tuple[int | None, int | None, bool | None]  # a per-conc rule's conc-min, conc-max and dp-attn
+Bounds = tuple[int | None, int | None, bool | None, int | None]  # a per-conc rule's conc-min, conc-max, dp-attn, tp
 
 
 @dataclass
@@ -266,30 +267,42 @@ def derive(points: Sequence[Observed], base_arm: str = "none") -> Derived:
             continue
         why = "follows neither the arm, expert parallelism, DP attention nor contiguous concurrency ranges"
         derived.misfits.append(_misfit(name, why, points, value))
-    derived.per_conc = [ConcRange(lo, hi, ranges.get((lo, hi, dp), {}), env_ranges.get((lo, hi, dp), {}), dp)
-                        for lo, hi, dp in dict.fromkeys([*ranges, *env_ranges])]  # fmt: skip
+    derived.per_conc = [ConcRange(lo, hi, ranges.get(b, {}), env_ranges.get(b, {}), dp, tp)
+                        for b in dict.fromkeys([*ranges, *env_ranges]) for lo, hi, dp, tp in [b]]  # fmt: skip
     return derived
 
 
 def _placed(points: Sequence[Observed], value: Callable[[Observed], object]) -> list[tuple[Bounds, object]] | None:
     """A flag's (or env variable's) per-conc rules, by the first that fits: one value on each side of DP attention
-    (a script's `if DP_ATTENTION` branch), contiguous concurrency ranges over every point, or such ranges on each
-    side of DP attention; None when none fits. ABSENT values are in the list (the caller writes no rule)."""
+    (a script's `if DP_ATTENTION` branch), contiguous concurrency ranges over every point, such ranges on each
+    side of DP attention, or one value per tensor parallelism (a script's `if [ "$TP" -eq 4 ]`); None when none
+    fits. ABSENT values are in the list (the caller writes no rule)."""
     sides = sorted({p.dp_attn for p in points})
     by_side = {side: [p for p in points if p.dp_attn == side] for side in sides}
     if len(sides) == 2 and all(_one([value(p) for p in side]) for side in by_side.values()):
-        return [((None, None, side), value(on[0])) for side, on in by_side.items()]
+        return [((None, None, side, None), value(on[0])) for side, on in by_side.items()]
     found = conc_ranges([(p.conc, value(p)) for p in points])
     if found is not None:
-        return [((low, high, None), v) for low, high, v in found]
-    if len(sides) < 2:
-        return None
+        return [((low, high, None, None), v) for low, high, v in found]
+    out = _sides(by_side, value) if len(sides) == 2 else None
+    if out is not None:
+        return out
+    by_tp = {tp: [value(p) for p in points if p.tp == tp] for tp in sorted({p.tp for p in points})}
+    if len(by_tp) > 1 and all(_one(v) for v in by_tp.values()):
+        return [((None, None, None, tp), v[0]) for tp, v in by_tp.items()]
+    return None
+
+
+def _sides(
+    by_side: dict[bool, list[Observed]], value: Callable[[Observed], object]
+) -> list[tuple[Bounds, object]] | None:
+    """Contiguous concurrency ranges on each side of DP attention, or None."""
     out: list[tuple[Bounds, object]] = []
     for side, on in by_side.items():
         found = conc_ranges([(p.conc, value(p)) for p in on])
         if found is None:
             return None
-        out += [((low, high, side), v) for low, high, v in found]
+        out += [((low, high, side, None), v) for low, high, v in found]
     return out
 
 

@@ -25,7 +25,7 @@ from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.slurm.sbatch import render_sbatch
 from slurmx.submit.arrays import array_plans
 from slurmx.submit.resolved import Resolved
-from slurmx.upstream.capture import SERVERS, Capture, Started
+from slurmx.upstream.capture import SERVERS, Capture, Started, process_names
 from slurmx.upstream.launcher import CACHE_ENV, LAUNCHER, SANDBOX, container_facts, parse_options, slurm_facts
 
 # Upstream program -> slurmx process name.
@@ -126,14 +126,27 @@ def _is_import_check(code: str) -> list[str]:
     return []
 
 
+PIP_VALUE_OPTIONS = frozenset({"--find-links", "-f", "--index-url", "-i", "--extra-index-url", "--constraint", "-c"})
+
+
+def _pip_words(args: list[str]) -> list[str]:
+    """pip's arguments with each option that takes a value joined to it (`--find-links=URL`): never a package."""
+    words: list[str] = []
+    it = iter(args)
+    for arg in it:
+        words.append(f"{arg}={next(it, '')}" if arg in PIP_VALUE_OPTIONS else arg)
+    return words
+
+
 def provision_facts(started: list[Started], paths: Mapping[str, str]) -> Facts:
     """What the script installs, checks and downloads before serving (the provisioning step's work)."""
     facts: Facts = {}
     for s in started:
         argv = s.argv
         if s.name == "python3" and argv[:3] == ["-m", "pip", "install"] and "--help" not in argv:
-            options = sorted(a for a in argv[3:] if a.startswith("-") and a != "--break-system-packages")
-            for spec in (a for a in argv[3:] if not a.startswith("-")):
+            words = _pip_words(argv[3:])
+            options = sorted(a for a in words if a.startswith("-") and a != "--break-system-packages")
+            for spec in (a for a in words if not a.startswith("-")):
                 facts[("provision", f"pip install {spec.split('==')[0]}")] = " ".join([spec, *options])
         elif s.name == "python3" and argv[:1] == ["-c"]:
             for module in _is_import_check(argv[1]):
@@ -152,8 +165,7 @@ def provision_facts(started: list[Started], paths: Mapping[str, str]) -> Facts:
 
 def upstream_facts(capture: Capture, paths: Mapping[str, str]) -> Facts:
     facts: Facts = {}
-    for s in capture.started:
-        name = PROCESS.get(s.name)
+    for s, name in zip(capture.started, process_names(capture.started, PROCESS), strict=True):
         if name is None:
             continue
         facts[(name, "program")] = s.name

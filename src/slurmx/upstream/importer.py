@@ -24,7 +24,7 @@ from slurmx.flags import Flags
 from slurmx.plan import Point
 from slurmx.recipes.model import REPLAY_BUILT_FLAGS
 from slurmx.store.atomic import write_text
-from slurmx.upstream.capture import PORT, SERVERS, Capture, Started, Upstream, capture
+from slurmx.upstream.capture import PORT, Capture, Started, Upstream, capture, process_names
 from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV, Declared
 from slurmx.upstream.derive import (
     MAX_NUM_SEQS,
@@ -194,14 +194,18 @@ def _placeholders(value: str, c: Captured) -> str:
 
 def arm_capture(c: Captured) -> ArmCapture:
     """What the point's script handed the backend beyond the connector JSON: the files its engine's env names,
-    the flags of the backend's own servers and what it pip-installs."""
+    the flags of the backend's own servers, what it pip-installs and import-checks, and what it measured by df."""
     engine = _engine(c)
     roles = engines.get(c.point.framework).upstream_programs
-    servers = {SERVERS[s.name]: parse_flags(s.argv)[1] for s in c.capture.started
-               if s.name in SERVERS and s.name not in roles}  # fmt: skip
-    installs = {item.removeprefix("pip install "): v for (_, item), v in provision_facts(c.capture.started, {}).items()
+    started = c.capture.started
+    servers = {name: parse_flags(s.argv)[1] for s, name in zip(started, process_names(started), strict=True)
+               if name is not None and s.name not in roles}  # fmt: skip
+    facts = provision_facts(started, {})
+    installs = {item.removeprefix("pip install "): v for (_, item), v in facts.items()
                 if item.startswith("pip install ")}  # fmt: skip
-    return ArmCapture(engine.files if engine is not None else {}, servers, installs)
+    checks = tuple(item.removeprefix("import-check ") for _, item in facts if item.startswith("import-check "))
+    measured = tuple(a for s in started if s.name == "df" for a in s.argv if not a.startswith("-"))
+    return ArmCapture(engine.files if engine is not None else {}, servers, installs, checks, measured)
 
 
 def probed(arm: str, captured: Sequence[Captured]) -> list[Captured]:
@@ -266,6 +270,7 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
         engine["per-conc"] = [
             {**({"conc-min": r.conc_min} if r.conc_min else {}), **({"conc-max": r.conc_max} if r.conc_max else {}),
              **({"dp-attn": r.dp_attn} if r.dp_attn is not None else {}),
+             **({"tp": r.tp} if r.tp is not None else {}),
              **({"flags": _flag_data(r.flags)} if r.flags else {}), **({"env": r.env} if r.env else {})}
             for r in derived.per_conc
         ]  # fmt: skip

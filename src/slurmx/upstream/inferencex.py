@@ -35,11 +35,12 @@ def script_for(tree: Path, point: Point) -> Path:
     )
 
 
-def upstream_for(tree: Path, point: Point) -> Upstream:
+def upstream_for(tree: Path, point: Point, shm_gib: int | None = None) -> Upstream:
     """What a point runs upstream, read from a run of its launcher (upstream.launcher): the script its
     container srun starts, whether it hands the script MODEL=$MODEL_PATH (b200-dgxc does), and the cache
     locations it hands over. The model is staged as a stand-in checkpoint in the capture's work dir
-    (compared as $MODEL_PATH). A launcher that did not run leaves the script to script_for and hands nothing."""
+    (compared as $MODEL_PATH). A launcher that did not run leaves the script to script_for and hands nothing.
+    `shm_gib`: the point's cluster node's /dev/shm (its profile's node.shm-gib), which the capture's df reports."""
     model_path = "{work}/models/" + point.model.rsplit("/", 1)[-1]
     launch = run_launcher(tree, point)
     picked = launch.script()
@@ -49,7 +50,7 @@ def upstream_for(tree: Path, point: Point) -> Upstream:
         model_path = ""  # the launcher stages no weights (mi325x-amds): the script fetches $MODEL into the hub cache
     rewrites_model = "MODEL_PATH" in handed and handed.get("MODEL") == handed["MODEL_PATH"]
     exports = ((("MODEL", model_path),) if rewrites_model else ()) + tuple(inherited(launch).items())
-    return Upstream(script, tree / LIB, model_path, exports, launch)
+    return Upstream(script, tree / LIB, model_path, exports, launch, shm_gib)
 
 
 def content_digest(*files: Path) -> str:

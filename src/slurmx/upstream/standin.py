@@ -5,7 +5,8 @@ Run as `python standin.py server|tool NAME ARGS...` from a wrapper named NAME on
 files its env names in the capture's work dir) to $STANDIN_LOG, then
 does the least the script needs to go on: servers stay up until killed (the script checks they are
 alive), `uv venv` creates the aiperf venv's stand-ins, `pip show` names a version, the torch-lib
-query prints a directory, `hf download --local-dir` leaves a config.json and a shard. Everything else exits 0.
+query prints a directory, `hf download --local-dir` leaves a config.json and a shard, `df /dev/shm` reports the cluster node's size.
+Everything else exits 0.
 
 A script starts about 30 of these per point: the module imports only `os` and `sys` up front (json
 and pathlib would double each start's CPU time).
@@ -19,21 +20,31 @@ import sys
 FAKE_TORCH_LIB = "/standin/torch/lib"
 REAL_SLEEP = "/bin/sleep"
 REAL_BASH = "/bin/bash"
+REAL_DF = "/bin/df"
 # where a container patch script finds the image's engine packages (find_spec): a site-packages under the capture's
 # sandbox (work/root, compared as the cluster path) holding $STANDIN_PACKAGES empty, never this machine's
 SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
 
 
 def _record(name: str, argv: list[str], server: bool) -> None:
-    row = {"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+    row: dict[str, object] = {"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
     if server:
         row["files"] = _files_named()
+        row["start"] = _started()
     line = repr(row) + "\n"
     fd = os.open(os.environ["STANDIN_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def _started() -> tuple[int, int]:
+    """When this process was forked (its start time in clock ticks since boot, then its pid: the order of the
+    script's forks within one tick): background servers record themselves in no fixed order."""
+    with open("/proc/self/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return int(fields[19]), os.getpid()
 
 
 def _files_named() -> dict[str, str]:
@@ -144,6 +155,25 @@ def _aiperf(argv: list[str]) -> None:
         out.write("metric,value\n" + prefix + "standin_total,0\n")
 
 
+def _df(argv: list[str]) -> None:
+    """`df` of /dev/shm: the point's cluster node's (STANDIN_SHM_GIB, all free), in the units asked (-BG or
+    --block-size=G: GiB, rounded up as df does; else 1K blocks); any other path: this machine's df."""
+    operands = [a for a in argv if not a.startswith("-")]
+    if "/dev/shm" not in operands:
+        os.execv(REAL_DF, ["df", *argv])
+    size = os.environ.get("STANDIN_SHM_GIB")
+    if not size:
+        sys.stderr.write("df: /dev/shm: the cluster profile names no node.shm-gib\n")
+        sys.exit(1)
+    gib = "-BG" in argv or "--block-size=G" in argv or "--block-size=1G" in argv
+    amount = f"{size}G" if gib else str(int(size) << 20)
+    if "--output=avail" in argv:
+        print(f"Avail\n{amount:>6}")
+    else:
+        print(f"Filesystem {'1G-blocks' if gib else '1K-blocks'} Used Available Use% Mounted on")
+        print(f"tmpfs {amount} 0 {amount} 0% /dev/shm")
+
+
 def main() -> None:
     kind, name, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
     _record(name, argv, kind == "server")
@@ -162,6 +192,8 @@ def main() -> None:
         _aiperf(argv)
     elif name == "rocm-smi":
         _rocm_smi(argv)
+    elif name == "df":
+        _df(argv)
 
 
 if __name__ == "__main__":
