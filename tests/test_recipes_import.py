@@ -96,10 +96,13 @@ def test_importing_an_unchanged_tree_rewrites_nothing(tree: Path, jobs: Path, tm
 
 
 @pytest.mark.parametrize("key", sorted(IMPORTED))
-def test_check_every_imported_key_on_its_fixture_tree(key: str, tmp_path: Path, fixtures: Path) -> None:
+def test_check_every_imported_key_on_its_fixture_tree(key: str, jobs: Path, tmp_path: Path, fixtures: Path) -> None:
     source = fixtures / IMPORTED[key]  # the fixture: CI fails rather than skips without the trees
     proc = slurmx(["recipes", "check", "--inferencex", str(source), key], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # and the committed recipe is what import makes of that tree (its reviewed rows folded in): nothing rewritten
+    proc = slurmx(["recipes", "import", "--inferencex", str(source), key, "--jobs", str(jobs)], cwd=tmp_path)
+    assert proc.returncode == 0 and ": unchanged " in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_every_checked_key_renders_and_dry_runs_from_its_tree(tmp_path: Path, fixtures: Path) -> None:

@@ -301,3 +301,23 @@ def test_an_upstream_script_runs_from_the_mounted_checkout_once_it_is_the_file_i
     assert "pip install Pillow" not in venv
     failed = subprocess.run(venv["run benchmarks/patch.sh"].process.argv, capture_output=True, text=True)
     assert failed.returncode == 1 and "installs nothing" in failed.stderr
+
+
+def test_an_arms_requirements_install_with_its_wheel_from_its_page_in_one_pip() -> None:
+    page = "https://github.com/LMCache/LMCache/releases/expanded_assets/v0.5.3-rocm"
+    spec = _spec(version="0.5.3")
+    spec = spec.model_copy(update={"backend": spec.backend.model_copy(
+        update={"find_links": page, "requires": ["sortedcontainers==2.4.0", "cupy-rocm-7-0==14.1.1"]})})  # fmt: skip
+    steps = {s.item: s for s in provision.plan(spec, PyxisRuntime(squash_dir="/sq", image="i"))}
+    wheel = steps["pip install lmcache"]
+    assert wheel.process.argv[-7:] == [*provision.PIP_FLAGS, f"--find-links={page}", "lmcache==0.5.3",
+                                       "sortedcontainers==2.4.0", "cupy-rocm-7-0==14.1.1"]  # fmt: skip
+    for name in ("sortedcontainers", "cupy-rocm-7-0"):
+        assert steps[f"pip install {name}"].process is wheel.process  # one resolver, as the script's one pip
+        assert f"--find-links={page}" in steps[f"pip install {name}"].value.split()
+    unpinned = spec.model_copy(update={"backend": spec.backend.model_copy(update={"version": None})})
+    import subprocess
+
+    refusal = {s.item: s for s in provision.plan(unpinned, _venv(Path("/tmp")))}["pip install"]
+    done = subprocess.run(refusal.process.argv, capture_output=True, text=True)
+    assert done.returncode == 1 and "beside its wheel, but the point pins no version" in done.stderr

@@ -662,3 +662,13 @@ def test_lmcache_arm_with_an_unknown_server_layout_is_refused(tmp_path: Path) ->
     data = bad()
     data["arms"]["lmcache"]["servers"] = "per-gpu"
     refused(tmp_path, data, "arms.lmcache.servers", "arms", "lmcache", "servers", says="per-rank")
+
+
+@pytest.mark.parametrize(("field", "value"), [("requires", ["sortedcontainers"]), ("find-links", "/local/wheels")])
+def test_an_arms_install_knobs_must_be_pins_and_a_page(tmp_path: Path, field: str, value: object) -> None:
+    data = bad()
+    data["arms"]["lmcache"][field] = value
+    keys = ("arms", "lmcache", field)
+    where = "arms.lmcache." + (f"{field}[0]" if field == "requires" else field)
+    at = (*keys, "sortedcontainers") if field == "requires" else keys  # the bad item's own line
+    refused(tmp_path, data, where, *at, says="should match")

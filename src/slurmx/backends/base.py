@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -35,6 +35,8 @@ class BackendSpec(BaseModel):
     name: str
     version: str | None = None
     startup_timeout_s: int = 600
+    find_links: str | None = None  # the arm's wheel page (Arm.find_links)
+    requires: list[str] = []  # the arm's pinned requirements (Arm.requires)
 
     def host_memory_bytes(self) -> int:
         """Host DRAM the backend pins for its cache (preflight checks the node has it)."""
@@ -53,6 +55,10 @@ class Arm(BaseModel):
     # its aiperf inherits, that only this arm sets)
     replay_env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: PositiveInt = 600
+    # a platform build's wheel page (pip --find-links: LMCache's ROCm wheels) the backend's wheel installs from
+    find_links: str | None = Field(default=None, pattern=r"^https://\S+$")
+    # pinned packages this arm's points install beside the backend's wheel, in its pip (no dependencies resolved)
+    requires: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==\S+$")]] = Field(default_factory=list)
 
 
 class ArmProblem(ValueError):

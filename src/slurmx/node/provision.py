@@ -154,18 +154,28 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
     backend = spec.implementation.backend
     py = runtime.engine_python
     steps: list[Step] = []
-    pins: list[tuple[str, str, tuple[str, ...]]] = []
+    # (distribution, version, pip options, what the same pip installs beside it)
+    pins: list[tuple[str, str, tuple[str, ...], list[str]]] = []
     distribution = backend.distribution_of(spec.backend)
     if distribution and spec.backend.version:
-        pins.append((distribution, spec.backend.version, PIP_FLAGS))
+        index = (f"--find-links={spec.backend.find_links}",) if spec.backend.find_links else ()
+        pins.append((distribution, spec.backend.version, (*PIP_FLAGS, *index), spec.backend.requires))
+    elif spec.backend.requires:  # they pin against a wheel this point does not install: fail before serving
+        why = f"the arm installs {', '.join(spec.backend.requires)} beside its wheel, but the point pins no version"
+        steps.append(_step(runtime, "pip install", why, [py, "-c", f"import sys; sys.exit({why!r})"]))
     if spec.router is not None and spec.router.version:
-        pins.append((spec.router.name, spec.router.version, ROUTER_PIP_FLAGS))
-    for dist, version, flags in pins:
-        pin = f"{dist}=={version}"
+        pins.append((spec.router.name, spec.router.version, ROUTER_PIP_FLAGS, []))
+    for dist, version, flags, beside in pins:
         if runtime.installs:
-            value = " ".join([pin, *sorted(flags)])
-            steps.append(_step(runtime, f"pip install {dist}", value, [py, "-m", "pip", "install", *flags, pin],
-                               INSTALL_TIMEOUT_S))  # fmt: skip
+            packages = [f"{dist}=={version}", *beside]
+            argv = [py, "-m", "pip", "install", *flags, *packages]
+            first = _step(
+                runtime, f"pip install {dist}", " ".join([packages[0], *sorted(flags)]), argv, INSTALL_TIMEOUT_S
+            )
+            steps.append(first)
+            # one pip installs the arm's requirements with its wheel (as the scripts do: one resolver, no deps)
+            steps += [Step(f"pip install {p.split('==')[0]}", " ".join([p, *sorted(flags)]), first.process,
+                           INSTALL_TIMEOUT_S) for p in beside]  # fmt: skip
         steps.append(_step(runtime, f"version {dist}", version, [py, "-c", _VERSION, dist, version]))
     steps += _recipe_steps(spec, runtime)
     modules = backend.import_checks(spec.backend, spec.engine)

@@ -24,7 +24,8 @@ def _backend(file: RecipeFile, point: Point, backend: Backend[Any]) -> BackendSp
         spec: BackendSpec = backend.spec(file.arms[name], point)
     except ArmProblem as problem:
         raise file.error(("arms", name, *problem.field), problem.message) from None
-    return spec
+    arm = file.arms[name]  # what every backend's arm may say about its install, whatever its own knobs
+    return spec.model_copy(update={"find_links": arm.find_links, "requires": list(arm.requires)})
 
 
 def implementation(point: Point) -> Implementation:

@@ -230,10 +230,40 @@ def arm_knobs(arm: str, configs: list[Flags], points: list[Point], captured: Seq
     extra = [_connector(c, _engine_flags(c)) for c in probes]
     configs = [*configs, *(e for e in extra if e is not None)]
     seen = [arm_capture(c) for c in (*captured, *probes)]
+    backend = backends.get(arm)
     try:
-        return backends.get(arm).knobs_from_connector(configs, [*points, *(c.point for c in probes)], seen)
+        knobs = backend.knobs_from_connector(configs, [*points, *(c.point for c in probes)], seen)
     except ValueError as why:
         raise ImportRefused(f"arm {arm}: {why}") from None
+    routers = {
+        p for c in captured for p, role in engines.get(c.point.framework).upstream_programs.items() if role == "router"
+    }
+    return {**knobs, **install_knobs(arm, backend.distribution, seen, frozenset(routers))}
+
+
+def install_knobs(
+    arm: str, distribution: str | None, seen: Sequence[ArmCapture], routers: frozenset[str]
+) -> dict[str, Any]:
+    """The arm's wheel page (pip --find-links of the backend's wheel) and the pinned packages its points install
+    beside it (not the backend's wheel, not a router's), alike on every point of the arm."""
+    if distribution is None or not seen:
+        return {}
+    pages, beside = set(), set()
+    for handed in seen:
+        wheel = [v for n, v in handed.installs.items() if n.startswith(distribution)]
+        pages.add(
+            next((o.partition("=")[2] for v in wheel for o in v.split()[1:] if o.startswith("--find-links=")), None)
+        )
+        pinned = (
+            v.split()[0] for n, v in handed.installs.items() if not n.startswith(distribution) and n not in routers
+        )
+        beside.add(tuple(sorted(p for p in pinned if "==" in p)))
+    if len(pages) > 1 or len(beside) > 1:
+        raise ImportRefused(
+            f"arm {arm}: its points install the backend's wheel from different pages or beside other pins"
+        )
+    page, requires = pages.pop(), beside.pop()
+    return {**({"find-links": page} if page else {}), **({"requires": list(requires)} if requires else {})}
 
 
 def _flag_data(flags: Flags) -> dict[str, Any]:
@@ -403,11 +433,13 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
 def add_reviewed_flags(key: str, data: dict[str, Any], reviewed: Sequence[Declared]) -> None:
     """A script's bug a person fixed by a reviewed row (kind review-bug-fixed) that adds an engine flag the script
     lacks (upstream null): every point needs it, so the recipe's base flags carry the row's value ("" a bare
-    flag), and the row declares the difference check then sees."""
+    flag), and the row declares the difference check then sees. A leaf of a flag's JSON (`--flag/key/...`) is not a
+    flag: it belongs to a value slurmx builds (the connector's)."""
     flags = data["engine"]["flags"]
     for row in reviewed:
         fixes = row.kind == "review-bug-fixed" and row.processes == ("engine",) and key in row.keys
-        if fixes and not row.generated and row.upstream is None and row.slurmx is not None and row.item[:2] == "--":
+        whole_flag = row.item[:2] == "--" and "/" not in row.item
+        if fixes and not row.generated and row.upstream is None and row.slurmx is not None and whole_flag:
             flags.setdefault(row.item, True if row.slurmx == "" else parse_value(row.slurmx))
 
 
