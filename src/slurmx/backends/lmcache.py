@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,6 +15,7 @@ from pydantic import Field
 from slurmx.backends.base import (
     GB,
     Arm,
+    ArmCapture,
     ArmProblem,
     BackendSpec,
     BaseBackend,
@@ -27,6 +31,7 @@ from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
 from slurmx.runtimes.base import Runtime
 
 CONNECTOR = "LMCacheMPConnector"
+SERVER = "lmcache"  # its server's process name
 # LMCache ships its connector for each engine in an integration module named after that engine
 CONNECTOR_MODULES = "lmcache.integration.{engine}.lmcache_mp_connector"
 CONNECTOR_MODULE = CONNECTOR_MODULES.format(engine=DEFAULT_ENGINE)  # the default engine's
@@ -35,6 +40,10 @@ CONNECTOR_MODULE = CONNECTOR_MODULES.format(engine=DEFAULT_ENGINE)  # the defaul
 TYPED_FLAGS = frozenset({
     "--host", "--port", "--http-host", "--http-port", "--l1-size-gb", "--chunk-size", "--supported-transfer-mode",
 })  # fmt: skip
+# the server's address and ports are slurmx's: it binds loopback and picks the ports on the node
+SERVER_OWN = frozenset({"--host", "--port", "--http-host", "--http-port"})
+# connector settings the arm's typed knobs build (offload()): the server's address and port, the queue timeout
+CONNECTOR_SETTINGS = frozenset({"lmcache.mp.host", "lmcache.mp.port", "lmcache.mp.mq_timeout"})
 # Allocator settings that break LMCache's CUDA-IPC export of the KV cache.
 IPC_BREAKING_FLAGS = ("--enable-cumem-allocator",)
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -158,13 +167,52 @@ class LMCache(BaseBackend[LMCacheSpec]):
         # the server hashes chunks with the same seed as the engine, or no lookup ever hits
         server_env = {**COMMON_ENV, "PYTHONHASHSEED": env["PYTHONHASHSEED"], "LMCACHE_DISABLE_BANNER": "1"}
         health = loopback(ports["lmcache-http"], "/healthcheck")
-        return [Process("lmcache", runtime.wrap(argv, "lmcache"), server_env, health, spec.startup_timeout_s)]
+        return [Process(SERVER, runtime.wrap(argv, SERVER), server_env, health, spec.startup_timeout_s)]
 
     def offload(self, spec: LMCacheSpec, ports: ServerPorts, engine: str) -> KvOffload | None:
         extra: dict[str, Any] = {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": ports["lmcache"]}
         if spec.mq_timeout_s is not None:
             extra["lmcache.mp.mq_timeout"] = spec.mq_timeout_s
         return KvOffload(CONNECTOR, extra, module=CONNECTOR_MODULES.format(engine=engine))
+
+    def probes(self, point: Point) -> list[Point]:
+        # L1 is int(budget x fraction): one budget leaves a band of fractions, and a reserve taken off the budget
+        # looks like a fraction there too; budgets a half and a third of it pin the fraction (or refuse)
+        budget = point.total_cpu_dram_gb
+        return [replace(point, total_cpu_dram_gb=b, exp_name="", point_id="") for b in (budget // 2, budget // 3) if b]
+
+    def knobs_from_connector(
+        self, configs: list[dict[str, Any]], points: list[Point], handed: Sequence[ArmCapture] = ()
+    ) -> dict[str, Any]:
+        """The lmcache arm's knobs that rebuild the captured LMCacheMPConnector JSON and the LMCache server's
+        flags: l1-fraction from --l1-size-gb over the points' budgets, chunk-size, transfer-mode, the queue
+        timeout, and the server's other flags as server-flags (its address and ports are slurmx's)."""
+        if not configs or any(c.get("kv_connector") != CONNECTOR for c in configs):
+            raise ValueError(f"no {CONNECTOR} JSON was captured on every point")
+        extras = [c.get("kv_connector_extra_config", {}) for c in configs]
+        if not all(isinstance(e, dict) for e in extras):
+            raise ValueError("kv_connector_extra_config is not a JSON object")
+        unknown = sorted({k for e in extras for k in e} - CONNECTOR_SETTINGS)
+        if unknown:
+            raise ValueError(f"connector settings with no lmcache arm knob: {', '.join(unknown)}")
+        if len(handed) != len(points) or not all(SERVER in c.servers for c in handed):
+            raise ValueError("the script did not start an LMCache server on every point")
+        servers = [{n: v for n, v in c.servers[SERVER].items() if n not in SERVER_OWN} for c in handed]
+        for name in ("--l1-size-gb", "--chunk-size", "--supported-transfer-mode"):
+            if any(name not in s for s in servers):
+                raise ValueError(f"the LMCache server is started without {name} on some point (the arm sets it)")
+        knobs: dict[str, Any] = {
+            "l1-fraction": l1_fraction([(p.total_cpu_dram_gb, s["--l1-size-gb"]) for p, s in zip(points, servers)]),
+            "chunk-size": _one([s["--chunk-size"] for s in servers], "the server's --chunk-size"),
+            "transfer-mode": _one([s["--supported-transfer-mode"] for s in servers], "--supported-transfer-mode"),
+        }
+        timeouts = [e.get("lmcache.mp.mq_timeout") for e in extras]
+        if (timeout := _one(timeouts, "lmcache.mp.mq_timeout")) is not None:
+            knobs["mq-timeout-s"] = timeout
+        rest = [{n: v for n, v in s.items() if n not in TYPED_FLAGS} for s in servers]
+        if flags := _one(rest, "the LMCache server's flags"):
+            knobs["server-flags"] = flags
+        return knobs
 
     def preflight(self, spec: LMCacheSpec, runtime: Runtime) -> list[str]:
         return [p for p in (check_shm(spec),) if p]
@@ -184,6 +232,29 @@ class LMCache(BaseBackend[LMCacheSpec]):
         hits = counters.get("lookup_hit_tokens")
         absent = None if hits is not None else "no LMCache lookup counter in the replay's metrics export"
         return TierReading(counters, hits, absent)
+
+
+def l1_fraction(sizes: Sequence[tuple[int, object]]) -> float:
+    """The fraction with the fewest decimals that l1_size_gb turns each (budget GB, L1 GB) pair's budget into
+    its L1; ValueError when none does (L1 is not a fraction of the budget)."""
+    pairs = [(budget, l1) for budget, l1 in sizes if isinstance(l1, int) and l1 > 0]
+    if not pairs or len(pairs) != len(sizes):
+        raise ValueError("the server's --l1-size-gb is not a whole number of GB on every point")
+    low = max(l1 / budget for budget, l1 in pairs)
+    high = min((l1 + 1) / budget for budget, l1 in pairs)
+    for digits in range(1, 7):
+        scale: int = 10**digits
+        for k in range(math.floor(low * scale), math.ceil(high * scale) + 1):
+            fraction = round(k / scale, digits)
+            if 0 < fraction <= 1 and all(l1_size_gb(budget, fraction) == l1 for budget, l1 in pairs):
+                return fraction
+    raise ValueError("the server's --l1-size-gb is no fixed fraction of the points' DRAM budgets")
+
+
+def _one(values: Sequence[Any], what: str) -> Any:
+    if len({json.dumps(v, sort_keys=True) for v in values}) != 1:
+        raise ValueError(f"{what} differs between points")
+    return values[0]
 
 
 def check_shm(spec: LMCacheSpec, shm: Path = Path("/dev/shm")) -> str | None:
