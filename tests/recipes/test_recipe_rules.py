@@ -257,6 +257,15 @@ def test_flags_slurmx_computes_are_refused_in_a_recipe(tmp_path: Path, flag: str
     refused(tmp_path, data, f"engine.flags.{flag}", "engine", "flags", flag, says="set by slurmx")
 
 
+def test_a_json_leaf_named_as_a_flag_is_refused(tmp_path: Path) -> None:
+    """`recipes check` names a JSON flag's leaf FLAG/leaf; a flag spelled so would render as an argv item no
+    engine reads and its fact would pass for the real leaf (the import once carried a reviewed row's leaf so)."""
+    name = "--kv-transfer-config/kv_connector_module_path"
+    data = bad()
+    data["engine"]["flags"][name] = "lmcache.integration.vllm.lmcache_mp_connector"
+    refused(tmp_path, data, f"engine.flags.{name}", "engine", "flags", name, says="is no option")
+
+
 def test_block_size_flag_must_match_the_engine_block_size(tmp_path: Path) -> None:
     data = bad()
     data["engine"]["flags"]["--block-size"] = 128

@@ -442,11 +442,13 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
 def add_reviewed_flags(key: str, data: dict[str, Any], reviewed: Sequence[Declared]) -> None:
     """A script's bug a person fixed by a reviewed row (kind review-bug-fixed) that adds an engine flag the script
     lacks (upstream null): every point needs it, so the recipe's base flags carry the row's value ("" a bare
-    flag), and the row declares the difference check then sees."""
+    flag), and the row declares the difference check then sees. A row naming a leaf of a JSON flag
+    (`--kv-transfer-config/kv_connector_module_path`: what slurmx's connector builds) adds no flag."""
     flags = data["engine"]["flags"]
     for row in reviewed:
         fixes = row.kind == "review-bug-fixed" and row.processes == ("engine",) and key in row.keys
-        if fixes and not row.generated and row.upstream is None and row.slurmx is not None and row.item[:2] == "--":
+        flag = row.item[:2] == "--" and "/" not in row.item
+        if fixes and not row.generated and row.upstream is None and row.slurmx is not None and flag:
             flags.setdefault(row.item, True if row.slurmx == "" else parse_value(row.slurmx))
 
 
