@@ -11,9 +11,9 @@ from typing import Literal
 
 import pytest
 
-from slurmx.backends.base import GB, Arm, ArmProblem, backend_version
+from slurmx.backends.base import GB, Arm, ArmCapture, ArmProblem, backend_version
 from slurmx.backends.lmcache import BACKEND as LMCACHE
-from slurmx.backends.lmcache import LMCacheArm, LMCacheSpec, check_shm
+from slurmx.backends.lmcache import LMCacheArm, LMCacheSpec, check_shm, l1_fraction
 from slurmx.backends.mooncake import BACKEND as MOONCAKE
 from slurmx.backends.mooncake import MooncakeArm, MooncakeSpec
 from slurmx.backends.vllm_simple import BACKEND as VLLM_SIMPLE
@@ -24,6 +24,7 @@ from slurmx.plan import Point
 from slurmx.process import Process, ServerPorts
 from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.runtimes.venv import VenvRuntime
+from slurmx.upstream.derive import parse_flags
 
 PORTS = ServerPorts(engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888})
 VENV = VenvRuntime(engine_python="/venvs/engine/bin/python", lmcache_bin="/venvs/engine/bin/lmcache",
@@ -199,3 +200,43 @@ def test_a_ranks_share_passed_as_the_server_wide_size_is_read_as_the_per_rank_se
         ("cpu_bytes_to_use_per_rank", 356_000_000_000, True),
         ("cpu_bytes_to_use_per_rank", 356_125_000_000, False),
     ]
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"l1-fraction": 0.75, "chunk-size": 1024, "transfer-mode": "lmcache_driven", "mq-timeout-s": 300,
+         "server-flags": {"--l1-init-size-gb": 20, "--eviction-policy": "LRU", "--no-separate-object-groups": True}},
+        {"l1-fraction": 0.5, "chunk-size": 256, "transfer-mode": "engine_driven"},
+    ],
+)  # fmt: skip
+def test_lmcache_knobs_read_back_from_the_connector_and_server_they_build(knobs: dict[str, object]) -> None:
+    """recipes import: the arm's knobs from what its backend builds on each point (the LMCacheMPConnector JSON,
+    the server's flags), over budgets a fraction alone explains; the server's address and ports are slurmx's."""
+    arm = LMCACHE.arm_model.model_validate(knobs)
+    points = [_point("lmcache", budget) for budget in (2399, 1199, 799)]  # the seed budget and the two probes'
+    assert [p.total_cpu_dram_gb for p in LMCACHE.probes(points[0])] == [1199, 799]
+    configs, handed = [], []
+    for point in points:
+        spec = LMCACHE.spec(arm, point)
+        offload = LMCACHE.offload(spec, PORTS, VLLM.name)
+        assert offload is not None
+        configs.append(transfer_config(offload))
+        (server,) = LMCACHE.servers(spec, PORTS, VENV, {"PYTHONHASHSEED": "0"})
+        handed.append(ArmCapture(servers={"lmcache": parse_flags(server.argv[server.argv.index("server") + 1 :])[1]}))
+    assert LMCACHE.knobs_from_connector(configs, points, handed) == knobs
+    with pytest.raises(ValueError, match="did not start an LMCache server"):
+        LMCACHE.knobs_from_connector(configs, points)
+    configs[0]["kv_connector_extra_config"]["lmcache.mp.extra"] = 1
+    with pytest.raises(ValueError, match="no lmcache arm knob: lmcache.mp.extra"):
+        LMCACHE.knobs_from_connector(configs, points, handed)
+
+
+def test_lmcache_l1_fraction_is_the_shortest_the_budgets_allow_or_refused() -> None:
+    # the DeepSeek script's $((TOTAL_CPU_DRAM_GB * 3 / 4)) on the seed budget and the probes' halves and thirds
+    assert l1_fraction([(2399, 2399 * 3 // 4), (1199, 1199 * 3 // 4), (799, 799 * 3 // 4)]) == 0.75
+    assert l1_fraction([(2399, 2399)]) == 1
+    with pytest.raises(ValueError, match="no fixed fraction"):  # a reserve off the budget is no fraction of it
+        l1_fraction([(2399, 2399 - 64), (1199, 1199 - 64), (799, 799 - 64)])
+    with pytest.raises(ValueError, match="whole number of GB"):
+        l1_fraction([(2399, "1799GB")])
