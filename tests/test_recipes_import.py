@@ -39,6 +39,7 @@ IMPORTED = {
     "minimaxm3-fp8-h200-vllm-agentic-mtp": "repo-main",  # resolves its hub-cache snapshot in the script
     "minimaxm3-fp8-mi300x-vllm-agentic-mtp": "repo-main",  # LMCache, one server per TP rank
     "minimaxm3-fp4-mi355x-vllm-agentic-mtp": "repo-main",  # per-rank LMCache sized against /dev/shm (node.shm-gib)
+    "dsv4-fp4-b200-vllm-agentic-lmcache": "repo-lmcache-agentix",  # the seed key: its lmcache arm and older replay
 }
 
 pytestmark = pytest.mark.slow
@@ -212,3 +213,37 @@ def test_the_aiperf_fork_a_checkout_pins_is_imported_and_checked(tree: Path, job
     proc = slurmx(check, cwd=tmp_path)
     assert proc.returncode == 1
     assert f"undeclared: provision aiperf revision: upstream '{moved}', slurmx '{first}'" in proc.stdout
+
+
+def test_the_dsv4_seed_recipe_is_what_import_writes_and_keeps_its_notes(
+    jobs: Path, tmp_path: Path, fixtures: Path
+) -> None:
+    """jobs/dsv4_fp4_b200_vllm.yaml is repo-lmcache-agentix's import as is (importing the tree again rewrites
+    nothing), header notes included: the lmcache arm's knobs from the connector JSON and the LMCache server's
+    flags, the replay's typed fields of that benchmark_lib.sh, the script's pinned pip install. A recipe edited
+    by hand is rewritten by the next import, and the notes a person put in its header are kept."""
+    key, stem, tree = "dsv4-fp4-b200-vllm-agentic-lmcache", "dsv4_fp4_b200_vllm", fixtures / "repo-lmcache-agentix"
+    recipe = jobs / f"{stem}.yaml"
+    before = recipe.read_bytes()
+    proc = slurmx(["recipes", "import", "--inferencex", str(tree), key, "--jobs", str(jobs)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"{key}: unchanged {recipe}"), proc.stdout
+    assert recipe.read_bytes() == before
+    data = yaml.safe_load(before)
+    assert data["arms"] == {"lmcache": {
+        "l1-fraction": 0.75, "chunk-size": 1024, "transfer-mode": "lmcache_driven", "mq-timeout-s": 300,
+        "server-flags": {"--l1-init-size-gb": 20, "--max-gpu-workers": 1, "--max-cpu-workers": 8,
+                         "--l1-align-bytes": 16384, "--eviction-trigger-watermark": 0.85, "--eviction-ratio": 0.1,
+                         "--eviction-policy": "LRU", "--no-separate-object-groups": True}}}  # fmt: skip
+    replay = data["replay"]
+    assert (replay["warmup-grace-period-s"], replay["cache-warmup-duration-s"]) == ("inf", 600)
+    assert replay["warmup-requests-per-lane"] is replay["stats-interval-s"] is replay["trace-idle-gap-cap-s"] is None
+    assert data["provision"]["pip"] == [
+        {"packages": ["nvidia-cutlass-dsl-libs-cu13==4.5.2"], "flags": ["--force-reinstall", "--no-deps", "--quiet"]}
+    ]
+    notes = [line for line in before.decode().splitlines() if line.startswith("# Tree: InferenceX refs/heads/")]
+    assert notes and "381f4c2b47fcbb2b7c411abecfe5104740731e53" in notes[0]
+    recipe.write_text(before.decode().replace("--prefill-schedule-interval: 8", "--prefill-schedule-interval: 16"))
+    proc = slurmx(["recipes", "import", "--inferencex", str(tree), key, "--jobs", str(jobs)], cwd=tmp_path)
+    assert proc.stdout.startswith(f"{key}: wrote {recipe}"), proc.stdout
+    assert recipe.read_bytes() == before  # the script's value back, the notes where they were

@@ -27,7 +27,7 @@ from slurmx.submit.resolved import resolve_points
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "data" / "aiperf" / "lmcache-replay"
-KEY = "dsv4-fp4-b200-vllm-agentic-lmcache"  # its recipe has none, vllm-simple, lmcache and mooncake arms
+KEY = "kimik3-fp4-b300-vllm-agentic-dspark-lmcache"  # its recipe has none, vllm-simple, lmcache and mooncake arms
 INSTALLED = {
     "vllm": "0.32.0",
     "torch": "2.13.0",

@@ -84,11 +84,17 @@ def test_a_fixed_max_num_seqs_is_a_base_flag() -> None:
 
 
 def test_a_flag_no_rule_fits_is_a_misfit() -> None:
-    # follows TP, not the arm, EP or concurrency: the model has no rule for it
-    points = [point(conc=1, tp=4, x=1), point(conc=1, tp=8, x=2)]
+    # follows TP and concurrency together: no one selector of a rule (arm, EP, DP side, conc range, TP) fits it
+    points = [point(conc=1, tp=4, x=1), point(conc=2, tp=4, x=2), point(conc=1, tp=8, x=2), point(conc=2, tp=8, x=1)]
     got = derive(points)
     assert [m.item for m in got.misfits] == ["--x"]
     assert "none-tp4-ep1-c1=1" in got.misfits[0].line()
+
+
+def test_a_flag_that_follows_tp_alone_is_one_rule_per_tp() -> None:
+    got = derive([point(conc=1, tp=4, x=1), point(conc=1, tp=8, x=2)])
+    assert got.misfits == []
+    assert [(r.tp, r.flags) for r in got.per_conc] == [(4, {"--x": 1}), (8, {"--x": 2})]
 
 
 def test_arms_setting_two_hash_seeds_are_refused() -> None:

@@ -257,6 +257,15 @@ def test_flags_slurmx_computes_are_refused_in_a_recipe(tmp_path: Path, flag: str
     refused(tmp_path, data, f"engine.flags.{flag}", "engine", "flags", flag, says="set by slurmx")
 
 
+def test_a_json_leaf_named_as_a_flag_is_refused(tmp_path: Path) -> None:
+    """`recipes check` names a JSON flag's leaf FLAG/leaf; a flag spelled so would render as an argv item no
+    engine reads and its fact would pass for the real leaf (the import once carried a reviewed row's leaf so)."""
+    name = "--kv-transfer-config/kv_connector_module_path"
+    data = bad()
+    data["engine"]["flags"][name] = "lmcache.integration.vllm.lmcache_mp_connector"
+    refused(tmp_path, data, f"engine.flags.{name}", "engine", "flags", name, says="is no option")
+
+
 def test_block_size_flag_must_match_the_engine_block_size(tmp_path: Path) -> None:
     data = bad()
     data["engine"]["flags"]["--block-size"] = 128
@@ -396,10 +405,20 @@ def as_arm(point: Point, arm: str) -> Point:
     return dataclasses.replace(point, kv_offloading="dram", kv_offload_backend=KvOffloadBackend(name=arm))
 
 
-@pytest.mark.parametrize("name", REAL_RECIPES)
-def test_real_recipe_has_every_arm(name: str, recipes: Recipes) -> None:
-    file = next(f for f in recipes.files if f.path.name == name)
+def test_the_hand_written_seed_recipe_has_every_arm(recipes: Recipes) -> None:
+    file = next(f for f in recipes.files if f.path.name == "kimik3_fp4_b300_vllm.yaml")
     assert {"none", "vllm-simple", "lmcache", "mooncake"} <= set(file.recipe.arms)
+
+
+@pytest.mark.parametrize("name", REAL_RECIPES)
+def test_real_recipe_has_an_arm_for_every_point_of_its_key(
+    name: str, seed_points: list[Point], recipes: Recipes
+) -> None:
+    """The imported dsv4 recipe holds the arms its key's points run (lmcache alone: repo-lmcache-agentix's
+    nvidia-master.yaml), the hand-written Kimi-K3 one every arm."""
+    file = next(f for f in recipes.files if f.path.name == name)
+    points = [p for p in seed_points if recipes.find(match_values(p)) == file]
+    assert points and {p.backend_name for p in points} <= set(file.recipe.arms)
 
 
 def test_every_arm_of_the_real_recipes_keeps_the_tool_call_flags(seed_points: list[Point], recipes: Recipes) -> None:
@@ -413,7 +432,7 @@ def test_every_arm_of_the_real_recipes_keeps_the_tool_call_flags(seed_points: li
 
 def test_no_flag_appears_twice_in_any_resolved_command(seed_points: list[Point], recipes: Recipes) -> None:
     for point in seed_points:
-        for arm in ("none", "vllm-simple", "lmcache", "mooncake"):
+        for arm in recipes.find(match_values(point)).recipe.arms:
             names = [a for a in resolve(as_arm(point, arm), recipes).engine_flags if a.startswith("--")]
             assert len(names) == len(set(names)), (point.exp_name, arm)
 
@@ -438,10 +457,15 @@ def test_real_lmcache_arms_drop_cumem_and_expandable_segments(seed_points: list[
         assert spec.backend.chunk_size % spec.block_size == 0
 
 
-def test_dsv4_other_arms_keep_the_cumem_allocator(seed_points: list[Point], recipes: Recipes) -> None:
+def test_dsv4_runs_the_scripts_lmcache_arm_without_the_cumem_allocator(
+    seed_points: list[Point], recipes: Recipes
+) -> None:
+    """repo-lmcache-agentix's dsv4_fp4_b200_vllm.sh leaves --enable-cumem-allocator out of its lmcache arm (CUDA-IPC
+    export of the KV cache), the only arm of its key; the imported recipe has it in no flag set."""
     point = next(p for p in seed_points if p.model_prefix == "dsv4")
-    for arm in ("none", "vllm-simple", "mooncake"):
-        assert "--enable-cumem-allocator" in resolve(as_arm(point, arm), recipes).engine_flags
+    recipe = recipes.find(match_values(point)).recipe
+    assert set(recipe.arms) == {"lmcache"} and "--enable-cumem-allocator" not in recipe.engine.flags
+    assert all("--enable-cumem-allocator" not in resolve(p, recipes).engine_flags for p in seed_points)
 
 
 def test_kimik3_runs_dspark_k2_at_every_concurrency_with_token_capture_sizes(
@@ -507,10 +531,16 @@ def test_seed_points_get_the_dram_derived_sizes(seed_points: list[Point], recipe
             budgets[point.model_prefix],
             expected_l1[point.model_prefix],
         )
-        simple = resolve(as_arm(point, "vllm-simple"), recipes).backend
-        assert simple.cpu_bytes_per_rank == int(point.total_cpu_dram_gb * 1e9 / 8)
-        mooncake = resolve(as_arm(point, "mooncake"), recipes).backend
-        assert mooncake.per_rank_gb == round(point.total_cpu_dram_gb / point.tp, 3)
+        arms = recipes.find(match_values(point)).recipe.arms
+        if "vllm-simple" in arms:  # the hand-written Kimi-K3 recipe's other arms; dsv4's key runs lmcache alone
+            simple = resolve(as_arm(point, "vllm-simple"), recipes).backend
+            assert simple.cpu_bytes_per_rank == int(point.total_cpu_dram_gb * 1e9 / 8)
+        if "mooncake" in arms:
+            mooncake = resolve(as_arm(point, "mooncake"), recipes).backend
+            assert mooncake.per_rank_gb == round(point.total_cpu_dram_gb / point.tp, 3)
+    assert {p.model_prefix for p in seed_points if "mooncake" in recipes.find(match_values(p)).recipe.arms} == {
+        "kimik3"
+    }
 
 
 # -- review bugs that came back through a recipe edit (issue 22) ------------------------------------

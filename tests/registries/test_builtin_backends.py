@@ -13,7 +13,7 @@ import pytest
 
 from slurmx.backends.base import GB, Arm, ArmCapture, ArmProblem, backend_version
 from slurmx.backends.lmcache import BACKEND as LMCACHE
-from slurmx.backends.lmcache import LMCacheArm, LMCacheSpec, check_shm
+from slurmx.backends.lmcache import LMCacheArm, LMCacheSpec, check_shm, l1_fraction
 from slurmx.backends.mooncake import BACKEND as MOONCAKE
 from slurmx.backends.mooncake import MooncakeArm, MooncakeSpec
 from slurmx.backends.vllm_simple import BACKEND as VLLM_SIMPLE
@@ -24,6 +24,7 @@ from slurmx.plan import Point
 from slurmx.process import Process, ServerPorts
 from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.runtimes.venv import VenvRuntime
+from slurmx.upstream.derive import parse_flags
 
 PORTS = ServerPorts(engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888})
 VENV = VenvRuntime(engine_python="/venvs/engine/bin/python", lmcache_bin="/venvs/engine/bin/lmcache",
@@ -259,3 +260,42 @@ def test_lmcache_shm_check_refuses_a_pool_over_90_percent_of_free_shm(tmp_path: 
     over = fits.model_copy(update={"l1_size_gb": fits.l1_size_gb + 1})
     assert "90%" in (check_shm(over, tmp_path) or "")
     assert check_shm(over.model_copy(update={"shm_check": False}), tmp_path) is None  # no segment, no check
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"l1-fraction": 0.75, "chunk-size": 1024, "transfer-mode": "lmcache_driven", "mq-timeout-s": 300,
+         "server-flags": {"--l1-init-size-gb": 20, "--eviction-policy": "LRU", "--no-separate-object-groups": True}},
+        {"l1-fraction": 0.5, "chunk-size": 256, "transfer-mode": "engine_driven"},
+    ],
+)  # fmt: skip
+def test_lmcache_knobs_read_back_from_the_connector_and_server_they_build(knobs: dict[str, object]) -> None:
+    """recipes import: the arm's knobs from what its backend builds on each point (the LMCacheMPConnector JSON,
+    the server's flags), over the seed budget and the budgets its probes ask; the address and ports are slurmx's."""
+    arm = LMCACHE.arm_model.model_validate(knobs)
+    first = _point("lmcache", 2399)
+    points = [first, *LMCACHE.probes(first)]
+    configs, handed = [], []
+    for point in points:
+        spec = LMCACHE.spec(arm, point)
+        offload = LMCACHE.offload(spec, PORTS, VLLM.name)
+        assert offload is not None
+        configs.append(transfer_config(offload))
+        (server,) = LMCACHE.servers(spec, PORTS, VENV, {"PYTHONHASHSEED": "0"})
+        handed.append(ArmCapture(servers={"lmcache": parse_flags(server.argv[server.argv.index("server") + 1 :])[1]}))
+    assert LMCACHE.knobs_from_connector(configs, points, handed) == knobs
+    with pytest.raises(ValueError, match="not captured on every point"):
+        LMCACHE.knobs_from_connector(configs, points)
+    configs[0]["kv_connector_extra_config"]["lmcache.mp.extra"] = 1
+    with pytest.raises(ValueError, match="lmcache.mp.extra: the lmcache arm has no knob for it"):
+        LMCACHE.knobs_from_connector(configs, points, handed)
+
+
+def test_lmcache_l1_fraction_is_the_shortest_the_budgets_allow_or_refused() -> None:
+    # the DeepSeek script's $((TOTAL_CPU_DRAM_GB * 3 / 4)) on the seed budget and two others
+    budgets = [_point("lmcache", b) for b in (2399, 1199, 799)]
+    assert l1_fraction([(p, 1, p.total_cpu_dram_gb * 3 // 4) for p in budgets]) == 0.75
+    assert l1_fraction([(budgets[0], 1, 2399)]) == 1
+    with pytest.raises(ValueError, match="follows no int"):  # a reserve off the budget is no fraction of it
+        l1_fraction([(p, 1, p.total_cpu_dram_gb - 64) for p in budgets])

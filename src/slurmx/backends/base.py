@@ -90,14 +90,16 @@ class ArmCapture:
     the files its engine's env names (env name -> text, as the engine found them), the flags of each of the
     backend's own servers it started (slurmx process name -> flags, as a recipe writes them: a server the script
     starts several times is named `NAME.0`, `NAME.1`, ... in start order), the distributions it pip-installs
-    (name -> its requirement and options, as provisioning facts name them), the modules it checks import, and the
-    node's paths it measured with `df` (/dev/shm: a script that sizes a pool against its free space)."""
+    (name -> its requirement and options, as provisioning facts name them) and which of them one pip installed
+    together, the modules it checks import, and the node's paths it measured with `df` (/dev/shm: a script that
+    sizes a pool against its free space)."""
 
     files: Mapping[str, str] = field(default_factory=dict)
     servers: Mapping[str, Flags] = field(default_factory=dict)
     installs: Mapping[str, str] = field(default_factory=dict)
     import_checks: tuple[str, ...] = ()
     measured: tuple[str, ...] = ()
+    pip_groups: tuple[frozenset[str], ...] = ()  # the names each pip command installed
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from slurmx.upstream.importer import (
     add_reviewed_flags,
     capture_point,
     header,
+    header_notes,
     import_key,
     recipe_stem,
     render_recipe,
@@ -203,7 +204,7 @@ def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoo
     clash = inputs.recipes().find(match_values(points[0]))
     if clash is not None and clash.path.resolve() != path.resolve():
         raise ImportRefused(f"{clash.path} already serves this key's match: move it aside to import")
-    text = render_recipe(header(tree, captured[0].upstream, key, today()), data)
+    text = render_recipe(header(tree, captured[0].upstream, key, today(), header_notes(path)), data)
     written = write_if_changed(path, text)
     rows, reasons = generic_rows(tree, key, jobs)
     text = render_rows(key, rows, reviewed, reasons)

@@ -29,7 +29,7 @@ def production_argv(
         "--failed-request-threshold", str(replay.failed_request_threshold),
         "--trajectory-start-min-ratio", "0.25",
         "--trajectory-start-max-ratio", "0.75",
-        "--warmup-grace-period", "1800",
+        "--warmup-grace-period", str(replay.warmup_grace_period_s),
         "--use-server-token-count",
         "--no-gpu-telemetry",
         "--num-dataset-entries", str(replay.num_dataset_entries),

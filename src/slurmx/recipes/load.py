@@ -140,6 +140,8 @@ def canonical_flag(name: str) -> str:
 def _check_computed(file: RecipeFile, computed: frozenset[str]) -> None:
     for where, flags in _flag_places(file):
         for name in flags:
+            if "/" in name:  # FLAG/leaf names a JSON leaf among `recipes check`'s facts: no engine reads it
+                raise file.error((*where, name), f"{name} is no option: a leaf of a JSON flag is set in its JSON")
             option = canonical_flag(name)
             root = option.partition(".")[0]
             if option in computed:

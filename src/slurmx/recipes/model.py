@@ -117,6 +117,14 @@ REPLAY_BUILT_FLAGS = frozenset({
     "--warmup-requests-per-lane", "--agentic-cache-warmup-duration", "--trace-idle-gap-cap-seconds",
     "--server-metrics",
 })  # fmt: skip
+# the built flags a typed replay field gives (recipes import reads them back from the script's replay)
+REPLAY_FIELDS = {
+    "--scenario": "scenario", "--public-dataset": "public_dataset", "--num-dataset-entries": "num_dataset_entries",
+    "--random-seed": "random_seed", "--failed-request-threshold": "failed_request_threshold",
+    "--warmup-grace-period": "warmup_grace_period_s", "--stats-interval": "stats_interval_s",
+    "--warmup-requests-per-lane": "warmup_requests_per_lane", "--agentic-cache-warmup-duration": "cache_warmup_duration_s",
+    "--trace-idle-gap-cap-seconds": "trace_idle_gap_cap_s",
+}  # fmt: skip
 
 
 class Replay(_Model):
@@ -131,6 +139,8 @@ class Replay(_Model):
     cache_warmup_duration_s: PositiveInt | None = None
     stats_interval_s: PositiveInt | None = 30
     trace_idle_gap_cap_s: PositiveInt | None = 300
+    # how long the fork waits for the warmup's responses before the measured window; "inf": until they are in
+    warmup_grace_period_s: PositiveInt | Literal["inf"] = 1800
     # benchmark_lib.sh's replay env: dataset set-up and configure timeouts absorb many jobs starting at once.
     env: dict[str, str] = Field(default_factory=lambda: dict(REPLAY_ENV))
     failed_request_threshold: float = Field(default=0.10, ge=0, le=1)

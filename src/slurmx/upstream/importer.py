@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import re
 import tempfile
 from collections.abc import Sequence
@@ -17,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from slurmx import backends, engines
 from slurmx.backends.base import ArmCapture
+from slurmx.config.master import kebab
 from slurmx.flags import Flags
 from slurmx.plan import Point
-from slurmx.recipes.model import REPLAY_BUILT_FLAGS
+from slurmx.recipes.model import REPLAY_BUILT_FLAGS, REPLAY_FIELDS, Replay
 from slurmx.store.atomic import write_text
 from slurmx.upstream.capture import PORT, Capture, Started, Upstream, capture, process_names
 from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV, Declared
@@ -205,7 +208,11 @@ def arm_capture(c: Captured) -> ArmCapture:
                 if item.startswith("pip install ")}  # fmt: skip
     checks = tuple(item.removeprefix("import-check ") for _, item in facts if item.startswith("import-check "))
     measured = tuple(a for s in started if s.name == "df" for a in s.argv if not a.startswith("-"))
-    return ArmCapture(engine.files if engine is not None else {}, servers, installs, checks, measured)
+    groups = tuple(
+        frozenset(item.removeprefix("pip install ") for _, item in provision_facts([s], {})) for s in started
+    )
+    pip_groups = tuple(g for g in groups if g and all(n in installs for n in g))
+    return ArmCapture(engine.files if engine is not None else {}, servers, installs, checks, measured, pip_groups)
 
 
 def probed(arm: str, captured: Sequence[Captured]) -> list[Captured]:
@@ -245,7 +252,7 @@ def install_knobs(
     arm: str, distribution: str | None, seen: Sequence[ArmCapture], routers: frozenset[str]
 ) -> dict[str, Any]:
     """The arm's wheel page (pip --find-links of the backend's wheel) and the pinned packages its points install
-    beside it (not the backend's wheel, not a router's), alike on every point of the arm."""
+    beside it, in the same pip (not a router's), alike on every point of the arm."""
     if distribution is None or not seen:
         return {}
     pages, beside = set(), set()
@@ -254,8 +261,11 @@ def install_knobs(
         pages.add(
             next((o.partition("=")[2] for v in wheel for o in v.split()[1:] if o.startswith("--find-links=")), None)
         )
+        together = beside_wheel(handed.pip_groups, distribution)
         pinned = (
-            v.split()[0] for n, v in handed.installs.items() if not n.startswith(distribution) and n not in routers
+            v.split()[0]
+            for n, v in handed.installs.items()
+            if n in together and not n.startswith(distribution) and n not in routers
         )
         beside.add(tuple(sorted(p for p in pinned if "==" in p)))
     if len(pages) > 1 or len(beside) > 1:
@@ -365,16 +375,64 @@ def replay_flags(captured: Sequence[Captured]) -> Flags:
     return {n: seen[0][n] for n in names}
 
 
+def _typed_pin(c: Captured, distribution: str) -> bool:
+    """A pip install slurmx types elsewhere: the router's program (the recipe's router pin), the point's
+    backend's distribution or a build of it (kv-offload-backend.version; Mooncake's CUDA 13 wheel), or a package
+    one pip installs beside that wheel (the arm's `requires`)."""
+    routers = {p for p, role in engines.get(c.point.framework).upstream_programs.items() if role == "router"}
+    backend = backends.get(arm_of(c.point)).distribution
+    if backend is None:
+        return distribution in routers
+    return distribution in routers or distribution in beside_wheel(arm_capture(c).pip_groups, backend)
+
+
+def beside_wheel(groups: Sequence[frozenset[str]], distribution: str) -> frozenset[str]:
+    """The packages of every pip command that installed the backend's wheel (a build of `distribution`), it too."""
+    return frozenset(n for g in groups if any(m.startswith(distribution) for m in g) for n in g)
+
+
+def replay_fields(captured: Sequence[Captured]) -> dict[str, Any]:
+    """The typed replay fields (REPLAY_FIELDS) the script's replay gives other values than slurmx's defaults: the
+    aiperf fork's flags that changed between benchmark_lib.sh revisions (a cache-warmup duration or per-lane
+    warmup, the grace period, the stats interval, the idle-gap cap). Each holds one value on every point, or
+    the import is refused; a flag the script leaves out is none where the field can be none (not passed)."""
+    seen: dict[str, set[str]] = {}
+    for c in captured:
+        replay = _replay(c)
+        _, flags = parse_flags(replay.argv[1:]) if replay else ([], {})
+        for flag in REPLAY_FIELDS:
+            seen.setdefault(flag, set()).add(_text(flags[flag]) if flag in flags else "")
+    fields: dict[str, Any] = {}
+    for flag, name in REPLAY_FIELDS.items():
+        if len(seen[flag]) > 1:
+            raise ImportRefused(f"replay {flag} differs between points (the replay's {name} holds one value)")
+        text = seen[flag].pop()
+        try:
+            value = getattr(Replay.model_validate({"kind": "production", name: text or None}, strict=False), name)
+        except ValidationError:
+            if not text:  # a field that is always passed: slurmx passes its default (check names it)
+                continue
+            raise ImportRefused(f"replay {flag} {text}: not a value of the replay's {name}") from None
+        if value != Replay.model_fields[name].default:
+            fields[kebab(name)] = value
+    return fields
+
+
+def _text(value: object) -> str:
+    """A parsed flag value as the script wrote it (parse_value reads `inf` as a float)."""
+    return "inf" if isinstance(value, float) and math.isinf(value) else str(value)
+
+
 def provision_data(captured: Sequence[Captured]) -> dict[str, Any]:
-    """The recipe's `provision`: what the script provisions beyond the typed pins (a `==` pin is the router's or
-    the backend's), alike on every point: its unpinned pip installs (grouped by pip's options) and the files of
+    """The recipe's `provision`: what the script provisions beyond the typed pins (the router's, the backend's),
+    alike on every point: its other pip installs, pinned or not (grouped by pip's options), and the files of
     InferenceX's tree it runs (a container patch script), each with the digest of the file imported."""
     seen: list[dict[str, Any]] = []
     for c in captured:
         pip: dict[tuple[str, ...], list[str]] = {}
         for (_, item), value in provision_facts(c.capture.started, {}).items():
             spec, *options = value.split()
-            if item.startswith("pip install ") and "==" not in spec:
+            if item.startswith("pip install ") and not _typed_pin(c, item.removeprefix("pip install ")):
                 pip.setdefault(tuple(options), []).append(spec)
         if any(_placeholders(a, c) != a for r in c.capture.runs for a in r.args):
             raise ImportRefused(f"{c.point.exp_name}: a script it runs is passed a path of this run")
@@ -407,6 +465,7 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
     if derived.misfits:
         raise ImportRefused("; ".join(m.line() for m in derived.misfits))
     data = recipe_data(key, captured, derived, draft, connectors)
+    data["replay"].update(replay_fields(captured))
     flags = replay_flags(captured)
     if flags:
         data["replay"]["flags"] = flags
@@ -448,17 +507,33 @@ def recipe_stem(point: Point, gpu: str) -> str:
     return f"{point.model_prefix}_{point.precision}_{gpu}_{point.framework}{mtp}"
 
 
-def header(tree: Path, upstream: Upstream, key: str, today: str) -> str:
+IMPORTED_LINE = "# Imported by `slurmx recipes import`"  # an imported recipe's first line
+GENERATED_HEADER = (IMPORTED_LINE, "# upstream.inferencex.", DATE_LINE)  # the header lines import writes
+
+
+def header(tree: Path, upstream: Upstream, key: str, today: str, notes: Sequence[str] = ()) -> str:
     script = upstream.script.relative_to(tree)
     commit = git_commit(tree)
     lines = [
-        f"# Imported by `slurmx recipes import` for {key}: review before use (docs/recipes.md).",
+        f"{IMPORTED_LINE} for {key}: review before use (docs/recipes.md).",
         f"# upstream.inferencex.script: {script}",
         f"# upstream.inferencex.digest: sha256:{content_digest(upstream.script, upstream.lib)} (script + benchmark_lib.sh)",
         *([f"# upstream.inferencex.git_commit: {commit}"] if commit else []),
         f"{DATE_LINE}{today}",
+        *notes,
     ]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def header_notes(path: Path) -> list[str]:
+    """The comment lines a person added to an imported recipe's header (the leading comments less those import
+    writes, e.g. the commit of a tree that is no git checkout): the next import keeps them, as it keeps reviewed
+    rows. A hand-written recipe's header is its own, not notes on an import."""
+    lines = path.read_text().splitlines() if path.is_file() else []
+    if not lines or not lines[0].startswith(IMPORTED_LINE):
+        return []
+    head = lines[: next((n for n, line in enumerate(lines) if not line.startswith("#")), len(lines))]
+    return [line for line in head if not line.startswith(GENERATED_HEADER)]
 
 
 def render_recipe(head: str, data: dict[str, Any]) -> str:
