@@ -129,3 +129,16 @@ def test_a_recipes_time_limit_wins_over_its_profiles_on_that_recipes_points_only
     inputs = load_inputs(None, None, keys, inferencex=FIXTURES / "repo-main")
     limits = {(i.point.config_key, i.request.time_limit_min) for i in resolve_points(inputs.points, inputs)}
     assert limits == {(KIMI_H200, 480), ("minimaxm3-fp8-h200-vllm-agentic-mtp", 180)}
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="InferenceX fixtures not present")
+def test_no_engine_is_given_up_on_before_its_own_ready_timeout() -> None:
+    # the scripts wait for the engine unbounded; vLLM gives up after VLLM_ENGINE_READY_TIMEOUT_S (3 h on dsv4 mi355x)
+    keys = ["dsv4-fp4-mi355x-vllm-agentic-mtp", "minimaxm3-fp4-b200-vllm-agentic-mtp"]
+    inputs = load_inputs(None, None, keys, inferencex=FIXTURES / "repo-main")
+    waits = {(i.point.config_key, i.serving.env["VLLM_ENGINE_READY_TIMEOUT_S"], i.serving.startup_timeout_s)
+             for i in resolve_points(inputs.points, inputs) if i.serving is not None}  # fmt: skip
+    assert waits == {
+        ("dsv4-fp4-mi355x-vllm-agentic-mtp", "10800", 10800),
+        ("minimaxm3-fp4-b200-vllm-agentic-mtp", "3600", 3600),
+    }

@@ -59,6 +59,9 @@ class ToyEngine:
     def parallel_flags(self, point: Point) -> list[str]:
         return ["--tp", str(point.tp)]
 
+    def ready_timeout_s(self, env: Mapping[str, str]) -> int:
+        return 0
+
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         plugin = f"{offload.connector}@{offload.module}" if offload.module else offload.connector
         return ["--kv-plugin", plugin], {"TOY_KV_SETTINGS": json.dumps(dict(offload.settings), sort_keys=True)}

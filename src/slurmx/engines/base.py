@@ -121,6 +121,10 @@ class Engine(Protocol):
 
     def parallel_flags(self, point: Point) -> list[str]: ...
 
+    def ready_timeout_s(self, env: Mapping[str, str]) -> int:
+        """How long the engine itself waits for its workers to start under `env` (0: no limit of its own)."""
+        ...
+
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         """The engine's flags and env for a backend's connector."""
         ...

@@ -49,6 +49,9 @@ KV_POOL_LOG = KvPoolLog(
 )
 
 
+READY_TIMEOUT_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"  # how long the API server waits for the engine cores
+
+
 class VLLM:
     name = "vllm"
     computed_flags = frozenset({
@@ -88,6 +91,10 @@ class VLLM:
                 flags += ["--pipeline-parallel-size", str(worker.pp)]
             return flags
         return server_parallel_flags(point.tp, point.ep, point.dp_attn, point.pp, point.dcp_size)
+
+    def ready_timeout_s(self, env: Mapping[str, str]) -> int:
+        value = env.get(READY_TIMEOUT_ENV, "")
+        return int(value) if value.isdigit() else 0
 
     def argv(
         self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,

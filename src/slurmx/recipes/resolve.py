@@ -156,6 +156,7 @@ def resolve(
     arm = file.arms[point.backend_name]
     flags = _engine_flags(recipe, arm, point, engine)
     router = _router(file, point)
+    env = {**recipe.env_policy, **arm.env, **conc_env(recipe, point)}
     return ServingSpec(
         router=router,
         recipe=recipe.recipe,
@@ -168,10 +169,11 @@ def resolve(
         model_revision=recipe.model_revision,
         served_model_name=recipe.served_model_name or point.model,
         engine_flags=flags,
-        env={**recipe.env_policy, **arm.env, **conc_env(recipe, point)},
+        env=env,
         block_size=recipe.engine.block_size,
         health_path=recipe.engine.health_path or engine.health_path,
-        startup_timeout_s=recipe.engine.startup_timeout_s,
+        # never shorter than the engine's own readiness limit in its env: the scripts wait for the engine unbounded
+        startup_timeout_s=max(recipe.engine.startup_timeout_s, engine.ready_timeout_s(env)),
         gpus=layout.gpus_per_node if layout is not None else point.gpus,
         nodes=layout.nodes if layout is not None else 1,
         ranks_per_node=layout.ranks_per_node if layout is not None else 1,
