@@ -98,3 +98,17 @@ def test_a_script_failing_once_on_timing_is_captured_again_and_says_so(fixtures:
     script.write_text("exit 3\n")  # fails every time: the first failure stands
     failed = capture(point, Upstream(script, lib, ""), tmp_path / "again")
     assert failed.returncode == 3 and failed.retried is None
+
+
+def test_a_script_that_runs_past_the_time_limit_is_a_failed_run_not_a_traceback(fixtures: Path, tmp_path: Path) -> None:
+    from slurmx.upstream.capture import Upstream
+
+    point = load_inputs(None, None, [KEY], inferencex=fixtures / "repo-main").key_points(KEY)[0]
+    mark = tmp_path / "ran-once"
+    script, lib = tmp_path / "s.sh", tmp_path / "lib.sh"
+    # hangs on its first run (as a loaded machine's slow stand-ins once did), passes on the second
+    script.write_text(f"if [ ! -e {mark} ]; then touch {mark}; echo waiting; while :; do :; done; fi\nvllm serve m &\n")
+    lib.write_text("")
+    cap = capture(point, Upstream(script, lib, ""), tmp_path / "work", timeout_s=2)
+    assert cap.returncode == 0 and [s.name for s in cap.started] == ["vllm"]
+    assert cap.retried == "upstream script exited -9 (slurmx: the script ran past 2 s under stand-ins)"

@@ -282,13 +282,18 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
         [REAL_BASH, str(script)], cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True, text=True,
     )  # fmt: skip
+    timed_out = False
     try:
         output, _ = proc.communicate(timeout=timeout_s)
         _settle(proc.pid)
+    except subprocess.TimeoutExpired:  # a failed run like any other (capture() runs it once more), not a traceback
+        timed_out = True
     finally:
         # the stand-in servers the script left running (its own job wrapper would kill them)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        if timed_out:
+            output = proc.communicate()[0] + f"\nslurmx: the script ran past {timeout_s:.0f} s under stand-ins\n"
         proc.wait()
     started = []
     for line in log.read_text().splitlines() if log.exists() else []:
