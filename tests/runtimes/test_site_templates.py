@@ -16,8 +16,8 @@ from slurmx.cli import main
 from slurmx.config.load import load_clusters
 from slurmx.errors import ConfigError
 
-KEY = "kimik3-fp4-h200-vllm-agentic"  # cluster:h200-dgxc, runtime kind pyxis
-LABEL = "cluster:h200-dgxc"
+KEY = "kimik3-fp4-b300-vllm-agentic-dspark-lmcache"  # the seed key: cluster:b300-nv, runtime kind pyxis, no runtime.env
+LABEL = "cluster:b300-nv"
 PACKAGED_LINE = "# sbatch template: slurmx/runtimes/templates/pyxis.sh (packaged)"
 SITE_LINE = "module load site-cuda/12.8"
 
