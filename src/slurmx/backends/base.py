@@ -10,7 +10,7 @@ that it engaged: which counters of its tier say so, and which log lines say it d
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Generic, Protocol, TypeVar
 
@@ -274,3 +274,15 @@ class BaseBackend(Generic[S]):
 
 def backend_version(point: Point) -> str | None:
     return point.kv_offload_backend.version if point.kv_offload_backend else None
+
+
+def budget_probes(point: Point, ranks: int) -> list[Point]:
+    """Variants of `point` that pin a size formula over its DRAM budget split between `ranks` (recipes import):
+    budgets one GB apart over a whole cycle of the ranks (a remainder), two far ones (a unit or a reserve), and
+    half the TP (what follows the ranks). Their names are derived again: the point's own would name its figures."""
+    budget = point.total_cpu_dram_gb
+    budgets = [budget - d for d in (*range(1, ranks + 2), 16 * ranks, 32 * ranks) if budget - d > 0]
+    variants = [replace(point, total_cpu_dram_gb=b, exp_name="", point_id="") for b in budgets]
+    if point.tp > 1 and point.tp % 2 == 0 and not point.multinode:
+        variants.append(replace(point, tp=point.tp // 2, exp_name="", point_id=""))
+    return variants

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +27,7 @@ from slurmx.backends.base import (
     LogPattern,
     TierReading,
     backend_version,
+    budget_probes,
 )
 from slurmx.engines import DEFAULT as DEFAULT_ENGINE
 from slurmx.engines.base import KvOffload
@@ -189,14 +189,9 @@ class LMCache(BaseBackend[LMCacheSpec]):
         )
 
     def probes(self, point: Point) -> list[Point]:
-        # L1 = int(budget x fraction) // servers: budgets one GB apart over a cycle of the ranks and two far ones
-        # narrow the fractions that fit down to one; half the TP shows whether the servers follow the ranks
-        ranks, budget = point.tp, point.total_cpu_dram_gb
-        budgets = [budget - d for d in (*range(1, ranks + 2), 16 * ranks, 32 * ranks) if budget - d > 0]
-        variants = [replace(point, total_cpu_dram_gb=b, exp_name="", point_id="") for b in budgets]
-        if point.tp > 1 and point.tp % 2 == 0 and not point.multinode:
-            variants.append(replace(point, tp=point.tp // 2, exp_name="", point_id=""))
-        return variants
+        # L1 = int(budget x fraction) // servers: the budgets narrow the fractions that fit down to one; half the
+        # TP shows whether the servers follow the ranks
+        return budget_probes(point, point.tp)
 
     def knobs_from_connector(
         self, configs: list[dict[str, Any]], points: list[Point], handed: Sequence[ArmCapture] = ()

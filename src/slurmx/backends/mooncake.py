@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +30,7 @@ from slurmx.backends.base import (
     EngineFile,
     TierReading,
     backend_version,
+    budget_probes,
 )
 from slurmx.config.master import kebab
 from slurmx.engines import DEFAULT as DEFAULT_ENGINE
@@ -216,15 +216,8 @@ class Mooncake(BaseBackend[MooncakeSpec]):
         return [EngineFile(CONFIG_ENV, run_dir / CONFIG_NAME, json.dumps(config, indent=2) + "\n")]
 
     def probes(self, point: Point) -> list[Point]:
-        # the segment formula has three unknowns: budgets one GB apart over a whole cycle of the ranks (the
-        # node reserve's remainder), two far ones (GB or GiB), and half the TP (the node/rank reserve split)
-        ranks, budget = point.server_gpus, point.total_cpu_dram_gb
-        budgets = [budget - d for d in (*range(1, ranks + 2), 16 * ranks, 32 * ranks) if budget - d > 0]
-        # the names are derived again (empty: the point's own would name another point's figures)
-        variants = [replace(point, total_cpu_dram_gb=b, exp_name="", point_id="") for b in budgets]
-        if point.tp > 1 and point.tp % 2 == 0 and not point.multinode:
-            variants.append(replace(point, tp=point.tp // 2, exp_name="", point_id=""))
-        return variants
+        # the segment formula has three unknowns: the node reserve's remainder, GB or GiB, the node/rank split
+        return budget_probes(point, point.server_gpus)
 
     def knobs_from_connector(
         self, configs: list[dict[str, Any]], points: list[Point], handed: Sequence[ArmCapture] = ()
