@@ -41,6 +41,7 @@ IMPORTED = {
     "minimaxm3-fp4-mi355x-vllm-agentic-mtp": "repo-main",  # per-rank LMCache sized against /dev/shm (node.shm-gib)
     "dsv4-fp4-b200-vllm-agentic-lmcache": "repo-lmcache-agentix",  # the seed key: its lmcache arm and older replay
     "glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main",  # SGLang: python3 -m sglang.launch_server, EAGLE MTP
+    "qwen3.5-fp8-b300-sglang-agentic-mtp": "repo-main",  # SGLang's HiCache arm: (budget - TP) x 15/31 / TP GB a rank
 }
 
 pytestmark = pytest.mark.slow

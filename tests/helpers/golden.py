@@ -24,9 +24,10 @@ KEYS = (
     "kimik3-fp4-h200-vllm-agentic",  # aggregated multinode: TP8xDP4 rendered per node, TP16xDP2 refused
     "dsv4-fp4-gb300-dynamo-vllm-agentic",  # Dynamo disaggregated: rendered for review, refused by submit
     "glm5.2-fp8-mi325x-sglang-agentic-mtp",  # SGLang, no offload arm (an InferenceX main key)
+    "qwen3.5-fp8-b300-sglang-agentic-mtp",  # SGLang with and without its HiCache arm, TP2-EP2 and TP4
 )
 # keys rendered from an InferenceX fixture tree (`slurmx render --inferencex DIR KEY`): its master configs
-TREES = {"glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main"}
+TREES = {"glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main", "qwen3.5-fp8-b300-sglang-agentic-mtp": "repo-main"}
 
 
 class _DefaultInputs:
