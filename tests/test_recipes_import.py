@@ -42,6 +42,10 @@ IMPORTED = {
     "dsv4-fp4-b200-vllm-agentic-lmcache": "repo-lmcache-agentix",  # the seed key: its lmcache arm and older replay
     "glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main",  # SGLang: python3 -m sglang.launch_server, EAGLE MTP
     "qwen3.5-fp8-b300-sglang-agentic-mtp": "repo-main",  # SGLang's HiCache arm: (budget - TP) x 15/31 / TP GB a rank
+    "qwen3.5-fp4-b300-sglang-agentic-mtp": "repo-main",
+    "glm5.2-fp4-b300-sglang-agentic-mtp": "repo-main",  # HiCache at a fixed 270 GB a rank, whatever the budget
+    "qwen3.5-fp8-mi325x-sglang-agentic-mtp": "repo-main",
+    "qwen3.5-fp4-mi355x-sglang-agentic-mtp": "repo-main",
 }
 
 pytestmark = pytest.mark.slow
