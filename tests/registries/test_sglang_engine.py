@@ -30,6 +30,13 @@ ROW = {"image": "lmsysorg/sglang:v0.5.16", "model": "org/m", "model-prefix": "m"
 def test_parallel_flags_are_the_scripts(row: dict[str, object], flags: list[str]) -> None:
     assert SGLANG.parallel_flags(point_from_row({**ROW, **row})) == flags
     assert set(f for f in flags if f.startswith("--")) <= SGLANG.computed_flags  # a recipe may not set them
+    # nor any other spelling of the same sizes (qwen3.5_fp8_mi300x_mtp.sh passes the long ones)
+    assert {
+        "--tensor-parallel-size",
+        "--data-parallel-size",
+        "--expert-parallel-size",
+        "--tp-size",
+    } <= SGLANG.computed_flags
 
 
 def test_the_argv_is_python_dash_m_with_the_model_by_flag() -> None:

@@ -19,6 +19,12 @@ from slurmx.plan import Point
 HIERARCHICAL = "--enable-hierarchical-cache"  # SGLang's own host-memory tier (HiCache) on
 HICACHE_SIZED = ("--hicache-size", "--hicache-ratio")  # its host pool: GB per rank, or a ratio of the device pool
 SERVER_MODULE = "sglang.launch_server"
+# every spelling SGLang's server arguments take for the parallel sizes slurmx sets (--tp, --dp, --ep-size): a recipe
+# may set none of them (the long ones are what some scripts pass: qwen3.5_fp8_mi300x_mtp.sh --tensor-parallel-size)
+PARALLEL_ALIASES = (
+    "--tp", "--tp-size", "--tensor-parallel-size", "--dp", "--dp-size", "--data-parallel-size",
+    "--ep", "--ep-size", "--expert-parallel-size",
+)  # fmt: skip
 # counter names without the `_total` suffix (aiperf's export strips it; the raw text keeps it). SGLang's
 # production metrics (docs.sglang.io references/production_metrics): cached prompt tokens by cache_source
 # (device | host | storage_<backend>), token usage of the device pool, requests done.
@@ -52,9 +58,8 @@ KV_POOL_LOG = KvPoolLog(
 class SGLang:
     name = "sglang"
     computed_flags = frozenset({
-        "--model-path", "--served-model-name", "--host", "--port", "--tp", "--tp-size", "--dp", "--dp-size",
-        "--ep-size", "--enable-dp-attention", "--nnodes", "--node-rank", "--dist-init-addr", "--revision",
-        HIERARCHICAL, *HICACHE_SIZED,
+        "--model-path", "--served-model-name", "--host", "--port", "--enable-dp-attention", "--nnodes", "--node-rank",
+        "--dist-init-addr", "--revision", *PARALLEL_ALIASES, HIERARCHICAL, *HICACHE_SIZED,
     })  # fmt: skip
     metrics_path = "/metrics"
     health_path = "/health"  # benchmark_lib.sh's wait_for_server_ready polls it
