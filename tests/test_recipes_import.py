@@ -46,6 +46,8 @@ IMPORTED = {
     "glm5.2-fp4-b300-sglang-agentic-mtp": "repo-main",  # HiCache at a fixed 270 GB a rank, whatever the budget
     "qwen3.5-fp8-mi325x-sglang-agentic-mtp": "repo-main",
     "qwen3.5-fp4-mi355x-sglang-agentic-mtp": "repo-main",
+    "qwen3.5-fp8-mi300x-sglang-agentic-mtp": "repo-main",  # --tensor-parallel-size, SGLang's long --tp
+    "glm5.2-fp4-mi355x-sglang-agentic-mtp": "repo-main",
 }
 
 pytestmark = pytest.mark.slow
