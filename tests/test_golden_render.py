@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurmx import paths
-from tests.helpers.golden import KEYS, diff, golden_path, render, update_requested_in_ci
+from tests.helpers.golden import KEYS, TREES, diff, golden_path, render, update_requested_in_ci
 
 
 def test_ci_is_never_asked_to_update_golden_files() -> None:
@@ -38,7 +38,7 @@ def test_rendered_production_commands_match_golden(key: str, tmp_path: Path) -> 
 
 def test_golden_files_hold_the_fixed_seed_bugs() -> None:
     """What the seeds' reviews found broken is visibly right in the reviewed files."""
-    for key in KEYS:
+    for key in (k for k in KEYS if k not in TREES):  # the seed keys, of the shipped configs
         text = golden_path(key).read_text()
         engine_lines = [line for line in text.splitlines() if " serve " in line]
         if "dynamo" in key:  # Dynamo's workers, not `vllm serve` (tests/test_disagg_render.py)
@@ -51,3 +51,17 @@ def test_golden_files_hold_the_fixed_seed_bugs() -> None:
                 assert '"kv_connector_module_path":"lmcache.integration.vllm.lmcache_mp_connector"' in line
         assert "#SBATCH --exclusive" in text and "--container-image=" in text
     assert paths.jobs_dir().is_dir()
+
+
+def test_sglang_golden_files_start_sglang_with_tool_calls_and_parallelism() -> None:
+    """An SGLang key's engine is `python3 -m sglang.launch_server` on every point: the model by --model-path, tool
+    calling on (agentic requests get HTTP 400 without a parser), and its TP from the point."""
+    keys = [k for k in KEYS if "-sglang-" in k]
+    assert keys
+    for key in keys:
+        lines = [line for line in golden_path(key).read_text().splitlines() if "-m sglang.launch_server " in line]
+        points = golden_path(key).read_text().count("\n# point ")
+        assert len(lines) == points > 0, key
+        for line in lines:
+            argv = line.split(" python3 -m sglang.launch_server ", 1)[1].split()
+            assert argv[0] == "--model-path" and "--tool-call-parser" in argv and "--tp" in argv, line

@@ -40,6 +40,14 @@ IMPORTED = {
     "minimaxm3-fp8-mi300x-vllm-agentic-mtp": "repo-main",  # LMCache, one server per TP rank
     "minimaxm3-fp4-mi355x-vllm-agentic-mtp": "repo-main",  # per-rank LMCache sized against /dev/shm (node.shm-gib)
     "dsv4-fp4-b200-vllm-agentic-lmcache": "repo-lmcache-agentix",  # the seed key: its lmcache arm and older replay
+    "glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main",  # SGLang: python3 -m sglang.launch_server, EAGLE MTP
+    "qwen3.5-fp8-b300-sglang-agentic-mtp": "repo-main",  # SGLang's HiCache arm: (budget - TP) x 15/31 / TP GB a rank
+    "qwen3.5-fp4-b300-sglang-agentic-mtp": "repo-main",
+    "glm5.2-fp4-b300-sglang-agentic-mtp": "repo-main",  # HiCache at a fixed 270 GB a rank, whatever the budget
+    "qwen3.5-fp8-mi325x-sglang-agentic-mtp": "repo-main",
+    "qwen3.5-fp4-mi355x-sglang-agentic-mtp": "repo-main",
+    "qwen3.5-fp8-mi300x-sglang-agentic-mtp": "repo-main",  # --tensor-parallel-size, SGLang's long --tp
+    "glm5.2-fp4-mi355x-sglang-agentic-mtp": "repo-main",
 }
 
 pytestmark = pytest.mark.slow

@@ -3,11 +3,16 @@ server-metrics export (benchmark_lib.sh's required-prefix check) finds one, writ
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 from slurmx.inputs import load_inputs
-from slurmx.upstream.capture import ScriptRun, capture
+from slurmx.upstream import standin as standin_module
+from slurmx.upstream.capture import ScriptRun, Started, capture, process_names, program_of
 from slurmx.upstream.facts import capture_paths, upstream_facts
 from slurmx.upstream.inferencex import upstream_for
 from slurmx.upstream.standin import SITE_PACKAGES
@@ -112,3 +117,30 @@ def test_a_script_that_runs_past_the_time_limit_is_a_failed_run_not_a_traceback(
     cap = capture(point, Upstream(script, lib, ""), tmp_path / "work", timeout_s=2)
     assert cap.returncode == 0 and [s.name for s in cap.started] == ["vllm"]
     assert cap.retried == "upstream script exited -9 (slurmx: the script ran past 2 s under stand-ins)"
+
+
+def test_a_server_started_as_python_dash_m_is_the_engine_and_stays_up(tmp_path: Path) -> None:
+    """A server a script starts as `python3 -m MODULE` (the table's key with its leading arguments) is that
+    process, and python3's stand-in stays up for it as a server; any other python3 run is a tool that exits."""
+    table = {"python3 -m toy.launch_server": "engine", "vllm": "engine"}
+    server = Started("python3", ["-m", "toy.launch_server", "--port", "8888"], {})
+    other = Started("python3", ["-m", "pip", "install", "x"], {})
+    assert [program_of(s, table) for s in (server, other)] == ["python3 -m toy.launch_server", "python3"]
+    assert process_names([server, other, Started("vllm", ["serve"], {})], table) == ["engine", None, "engine"]
+    bin_dir, log = tmp_path / "bin", tmp_path / "standin.jsonl"
+    bin_dir.mkdir()
+    env = {"STANDIN_LOG": str(log), "STANDIN_BIN": str(bin_dir), "STANDIN_SERVERS": "python3 -m toy.launch_server",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    standin = [sys.executable, "-S", "-E", str(Path(standin_module.__file__)), "tool", "python3"]
+    done = subprocess.run([*standin, "-m", "pip", "--version"], env=env, timeout=30, check=False)
+    assert done.returncode == 0
+    running = subprocess.Popen([*standin, "-m", "toy.launch_server", "--port", "8888"], env=env)
+    try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running.wait(timeout=1.0)
+        assert running.poll() is None  # a server stand-in: up until the harness ends it
+    finally:
+        running.kill()
+        running.wait()
+    rows = [ast.literal_eval(line) for line in log.read_text().splitlines()]
+    assert ["start" in row for row in rows] == [False, True]  # the server's record holds its fork time

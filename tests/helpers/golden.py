@@ -7,6 +7,7 @@ the diff of what it changes so the change is reviewed, not slipped in by an envi
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -16,24 +17,33 @@ from slurmx.commands.common import load_points
 from slurmx.submit.render import render_key
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+FIXTURES = Path(os.environ.get("SLURMX_FIXTURES", GOLDEN.parents[2] / "shared" / "fixtures" / "inferencex"))
 KEYS = (
     "kimik3-fp4-b300-vllm-agentic-dspark-lmcache",
     "dsv4-fp4-b200-vllm-agentic-lmcache",
     "kimik3-fp4-h200-vllm-agentic",  # aggregated multinode: TP8xDP4 rendered per node, TP16xDP2 refused
     "dsv4-fp4-gb300-dynamo-vllm-agentic",  # Dynamo disaggregated: rendered for review, refused by submit
+    "glm5.2-fp8-mi325x-sglang-agentic-mtp",  # SGLang, no offload arm (an InferenceX main key)
+    "qwen3.5-fp8-b300-sglang-agentic-mtp",  # SGLang with and without its HiCache arm, TP2-EP2 and TP4
 )
+# keys rendered from an InferenceX fixture tree (`slurmx render --inferencex DIR KEY`): its master configs
+TREES = {"glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main", "qwen3.5-fp8-b300-sglang-agentic-mtp": "repo-main"}
 
 
 class _DefaultInputs:
-    """`slurmx render`'s options left at their defaults: the shipped configs and recipes."""
+    """`slurmx render`'s options left at their defaults: the shipped configs and recipes (and the InferenceX
+    checkout a key of TREES is read from)."""
 
     config = None
     clusters = None
-    inferencex = None
+
+    def __init__(self, inferencex: Path | None = None) -> None:
+        self.inferencex = inferencex
 
 
-def _normalise(text: str, results: Path) -> str:
+def _normalise(text: str, results: Path, tree: Path | None = None) -> str:
     # Machine-specific paths become placeholders; everything else must match byte for byte.
+    text = text.replace(str(tree.resolve()), "<inferencex>").replace(str(tree), "<inferencex>") if tree else text
     return (
         text.replace(str(results.resolve()), "<results>")
         .replace(sys.executable, "<python>")
@@ -42,9 +52,11 @@ def _normalise(text: str, results: Path) -> str:
 
 
 def render(key: str, results: Path) -> str:
-    """What `slurmx render KEY` prints for the shipped configs, with machine paths as placeholders."""
-    loaded = load_points(_DefaultInputs(), [key])  # type: ignore[arg-type]  # reads only .config, .clusters and .inferencex
-    return _normalise(render_key(key, loaded, results), results)
+    """What `slurmx render KEY` prints for the shipped configs (a TREES key: its fixture tree's), with machine
+    paths as placeholders."""
+    tree = FIXTURES / TREES[key] if key in TREES else None
+    loaded = load_points(_DefaultInputs(tree), [key])  # type: ignore[arg-type]  # reads only .config, .clusters and .inferencex
+    return _normalise(render_key(key, loaded, results), results, tree)
 
 
 def golden_path(key: str) -> Path:

@@ -25,7 +25,7 @@ from slurmx.runtimes import Runtime
 from slurmx.store.ledger import PointRecord
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "hicache"  # a name InferenceX's configs use that slurmx ships no module for
+NAME = "toy-pool"  # a backend name slurmx ships no module for (InferenceX's "hicache" has one now)
 
 
 class PoolArm(Arm):

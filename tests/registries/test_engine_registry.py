@@ -55,6 +55,7 @@ class ToyEngine:
     tool_call_flags: tuple[str, ...] = ("--tools",)
     loads_connectors = True
     revision_flag = "--revision"
+    model_flag: str | None = None
 
     def parallel_flags(self, point: Point) -> list[str]:
         return ["--tp", str(point.tp)]
@@ -65,6 +66,9 @@ class ToyEngine:
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         plugin = f"{offload.connector}@{offload.module}" if offload.module else offload.connector
         return ["--kv-plugin", plugin], {"TOY_KV_SETTINGS": json.dumps(dict(offload.settings), sort_keys=True)}
+
+    def offload_in(self, flags: Flags) -> dict[str, Any] | None:
+        return None
 
     def connector_of(self, argv: list[str]) -> str | None:
         for flag, value in zip(argv, argv[1:], strict=False):

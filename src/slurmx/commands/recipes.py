@@ -76,16 +76,16 @@ def inferencex_inputs(tree: Path, keys: list[str], jobs: Path | None) -> Inputs:
     return inputs
 
 
-def default_engine_agentic(point: Point) -> bool:
-    """A point `recipes` reads upstream for: the default engine's agentic points, single-node or aggregated
+def served_agentic(point: Point) -> bool:
+    """A point `recipes` reads upstream for: the agentic points of an engine slurmx has, single-node or aggregated
     multinode (its srt-slurm recipe; upstream/srt.py)."""
-    return point.framework == engines.default().name and point.scenario == "agentic-coding" and not point.disagg
+    return point.framework in engines.REGISTRY and point.scenario == "agentic-coding" and not point.disagg
 
 
 def _keys(inputs: Inputs, named: list[str], need_recipe: bool) -> list[str]:
     if named:
         return [k for k in named if inputs.key_points(k)]
-    keys = [k for k in inputs.config_keys() if all(default_engine_agentic(p) for p in inputs.key_points(k))]
+    keys = [k for k in inputs.config_keys() if all(served_agentic(p) for p in inputs.key_points(k))]
     return [k for k in keys if inputs.recipe_name(inputs.key_points(k)[0]) is not None] if need_recipe else keys
 
 

@@ -1,4 +1,4 @@
-"""Serving engines as a registry, by the master config's `framework`: one module each (vLLM today)."""
+"""Serving engines as a registry, by the master config's `framework`: one module each."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from slurmx.engines.base import (
     RecipeProblem,
     RecipeSizing,
 )
+from slurmx.engines.sglang import ENGINE as SGLANG_ENGINE
 from slurmx.engines.vllm import DYNAMO_WORKERS
 from slurmx.engines.vllm import ENGINE as VLLM_ENGINE
 from slurmx.errors import UserError
@@ -25,6 +26,7 @@ def register(engine: Engine) -> Engine:
 
 
 register(VLLM_ENGINE)
+register(SGLANG_ENGINE)
 # what a serving spec written before it named its engine ran, and what tests read without naming one
 DEFAULT = VLLM_ENGINE.name
 

@@ -118,6 +118,9 @@ class Engine(Protocol):
     tool_call_flags: tuple[str, ...]  # what an agentic recipe's tool-call requests need
     loads_connectors: bool  # the engine plugs in a backend's connector class (else only "none" runs)
     revision_flag: str  # loads the model's hub snapshot at a commit (a recipe's model-revision)
+    # the flag InferenceX's scripts pass the model path by (None: a positional after the launcher), as an imported
+    # recipe's model-flag
+    model_flag: str | None
 
     def parallel_flags(self, point: Point) -> list[str]: ...
 
@@ -127,6 +130,11 @@ class Engine(Protocol):
 
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         """The engine's flags and env for a backend's connector."""
+        ...
+
+    def offload_in(self, flags: Flags) -> dict[str, Any] | None:
+        """The offload settings a captured engine's flags carry (a connector's JSON), which recipes import rebuilds
+        an arm's knobs from; None: none."""
         ...
 
     def connector_of(self, argv: list[str]) -> str | None:

@@ -75,6 +75,7 @@ class VLLM:
     image_packages: tuple[str, ...] = ("vllm", "aiter")  # aiter: the ROCm images' kernels, beside vllm
     loads_connectors = True
     revision_flag = "--revision"
+    model_flag: str | None = None  # `vllm serve MODEL`
     # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
     spec_methods = frozenset({"none", "mtp"})
 
@@ -105,6 +106,10 @@ class VLLM:
 
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         return [TRANSFER_FLAG, json.dumps(transfer_config(offload), separators=(",", ":"))], {}
+
+    def offload_in(self, flags: Flags) -> dict[str, Any] | None:
+        value = flags.get(TRANSFER_FLAG)
+        return value if isinstance(value, dict) and "kv_connector" in value else None
 
     def connector_of(self, argv: list[str]) -> str | None:
         for index, arg in enumerate(argv[:-1]):

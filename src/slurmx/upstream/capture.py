@@ -40,7 +40,10 @@ SERVERS: dict[str, str] = {
     "lmcache": "lmcache",
     "mooncake_master": "mooncake-master",
 }
-SERVER_STANDINS = tuple(SERVERS)
+# a server a script starts as a program of its own has a stand-in of that name; one started by a program with leading
+# arguments ("python3 -m MODULE") is that program's stand-in, which stays up as a server when those arguments lead
+SERVER_STANDINS = tuple(p for p in SERVERS if " " not in p)
+SERVER_COMMANDS = tuple(p for p in SERVERS if " " in p)
 # the backends' own servers: a script may start one several times (one LMCache server per TP rank)
 BACKEND_SERVERS = frozenset({"lmcache", "mooncake_master"})
 STANDINS = (
@@ -107,11 +110,21 @@ class Started:
         return {k: v for k, v in self.env.items() if base.get(k) != v and k not in _SHELL_NOISE}
 
 
+def program_of(started: Started, table: Mapping[str, str] = SERVERS) -> str:
+    """The key of `table` a started program is: a program with its leading arguments ("python3 -m MODULE") where
+    the table has one that its argv begins with, else the program's name."""
+    for command in table:
+        words = command.split()
+        if len(words) > 1 and [started.name, *started.argv[: len(words) - 1]] == words:
+            return command
+    return started.name
+
+
 def process_names(started: list[Started], table: Mapping[str, str] = SERVERS) -> list[str | None]:
     """The slurmx process each started program is (`table`: program -> process; None: none): a backend server
     the script started several times is NAME.0, NAME.1, ... in the order the script forked them (their records
     land in no fixed order), as slurmx names its servers."""
-    names: list[str | None] = [table.get(s.name) for s in started]
+    names: list[str | None] = [table.get(program_of(s, table)) for s in started]
     for program in BACKEND_SERVERS:
         runs = sorted((s.start, i) for i, s in enumerate(started) if s.name == program)
         for number, (_, i) in enumerate(runs if len(runs) > 1 else []):
@@ -119,7 +132,9 @@ def process_names(started: list[Started], table: Mapping[str, str] = SERVERS) ->
     return names
 
 
-_SHELL_NOISE = {"SHLVL", "_", "PWD", "OLDPWD", "STANDIN_LOG", "STANDIN_BIN", "STANDIN_PACKAGES", "STANDIN_SHM_GIB"}
+_SHELL_NOISE = {
+    "SHLVL", "_", "PWD", "OLDPWD", "STANDIN_LOG", "STANDIN_BIN", "STANDIN_PACKAGES", "STANDIN_SHM_GIB", "STANDIN_SERVERS",
+}  # fmt: skip
 IMAGE_PACKAGES = ",".join(dict.fromkeys(p for e in engines.REGISTRY.values() for p in e.image_packages))
 
 
@@ -273,6 +288,7 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
         "STANDIN_LOG": str(log),
         "STANDIN_BIN": str(bin_dir),
         "STANDIN_PACKAGES": IMAGE_PACKAGES,
+        "STANDIN_SERVERS": ",".join(SERVER_COMMANDS),
         **({"STANDIN_SHM_GIB": str(upstream.shm_gib)} if upstream.shm_gib is not None else {}),
     }
     scratch = {name: str(work / "tmp" / leaf) for name, leaf in SCRATCH_ENV}

@@ -27,7 +27,7 @@ from slurmx.flags import Flags
 from slurmx.plan import Point
 from slurmx.recipes.model import REPLAY_BUILT_FLAGS, REPLAY_FIELDS, Replay
 from slurmx.store.atomic import write_text
-from slurmx.upstream.capture import PORT, Capture, Started, Upstream, capture, process_names
+from slurmx.upstream.capture import PORT, Capture, Started, Upstream, capture, process_names, program_of
 from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV, Declared
 from slurmx.upstream.derive import (
     MAX_NUM_SEQS,
@@ -61,7 +61,7 @@ def capture_point(point: Point, upstream: Upstream) -> Captured:
 
 def _engine(c: Captured) -> Started | None:
     programs = engines.get(c.point.framework).upstream_programs
-    return next((s for s in c.capture.started if programs.get(s.name) == "engine"), None)
+    return next((s for s in c.capture.started if programs.get(program_of(s, programs)) == "engine"), None)
 
 
 def _engine_started(c: Captured) -> tuple[str, list[str], dict[str, str]] | None:
@@ -70,10 +70,8 @@ def _engine_started(c: Captured) -> tuple[str, list[str], dict[str, str]] | None
 
 
 def _connector(c: Captured, flags: Flags) -> dict[str, Any] | None:
-    """The connector JSON among the engine's flags: a computed flag's JSON object naming a connector."""
-    computed = engines.get(c.point.framework).computed_flags
-    found = (v for n, v in flags.items() if n in computed and isinstance(v, dict) and "kv_connector" in v)
-    return next(found, None)
+    """The offload settings among the engine's flags (the engine knows where: a connector's JSON)."""
+    return engines.get(c.point.framework).offload_in(flags)
 
 
 LOCAL_URL = re.compile(r"(localhost|127\.0\.0\.1|0\.0\.0\.0):\d+")  # a port on the node: slurmx picks its own
@@ -91,7 +89,7 @@ def router_data(captured: Sequence[Captured]) -> dict[str, Any] | None:
     routed: list[tuple[Captured, list[str]]] = []
     for c in captured:
         roles = engines.get(c.point.framework).upstream_programs
-        started = [s for s in c.capture.started if roles.get(s.name) == "router"]
+        started = [s for s in c.capture.started if roles.get(program_of(s, roles)) == "router"]
         if started:
             routed.append((c, [started[-1].name, *started[-1].argv]))
     if not routed:
@@ -202,7 +200,7 @@ def arm_capture(c: Captured) -> ArmCapture:
     roles = engines.get(c.point.framework).upstream_programs
     started = c.capture.started
     servers = {name: parse_flags(s.argv)[1] for s, name in zip(started, process_names(started), strict=True)
-               if name is not None and s.name not in roles}  # fmt: skip
+               if name is not None and program_of(s, roles) not in roles}  # fmt: skip
     facts = provision_facts(started, {})
     installs = {item.removeprefix("pip install "): v for (_, item), v in facts.items()
                 if item.startswith("pip install ")}  # fmt: skip
@@ -291,7 +289,11 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
     program, argv, _ = found
     positional, _ = parse_flags(argv)
     block = derived.flags.get("--block-size")
-    engine["launcher"] = [program, *positional[:-1]]  # the model path is the last positional
+    model_flag = engines.get(point.framework).model_flag
+    # the model path is the model flag's value, else the last positional
+    engine["launcher"] = [program, *(positional if model_flag else positional[:-1])]
+    if model_flag:
+        engine["model-flag"] = model_flag
     engine["block-size"] = block if isinstance(block, int) else 16  # the engine's default block when none is passed
     if derived.max_num_seqs_per_conc is not None:
         engine["max-num-seqs-per-conc"] = derived.max_num_seqs_per_conc

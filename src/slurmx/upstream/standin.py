@@ -174,8 +174,19 @@ def _df(argv: list[str]) -> None:
         print(f"tmpfs {amount} 0 {amount} 0% /dev/shm")
 
 
+def _server_command(name: str, argv: list[str]) -> bool:
+    """A tool started as a server ($STANDIN_SERVERS: "python3 -m MODULE", comma-separated) stays up as one."""
+    for command in filter(None, os.environ.get("STANDIN_SERVERS", "").split(",")):
+        words = command.split()
+        if [name, *argv[: len(words) - 1]] == words:
+            return True
+    return False
+
+
 def main() -> None:
     kind, name, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if kind == "tool" and _server_command(name, argv):
+        kind = "server"
     _record(name, argv, kind == "server")
     if name == "bash":  # recorded; the real bash runs it (the tree's own scripts act on the stand-ins too)
         os.execv(REAL_BASH, ["bash", *argv])

@@ -1,0 +1,154 @@
+"""SGLang's server (`python3 -m sglang.launch_server`): every SGLang flag, metric name, log line and rule slurmx knows.
+
+The argv is InferenceX's single-node agentic scripts' (benchmarks/single_node/agentic/*sglang*.sh): the model by
+--model-path, parallelism by --tp / --ep-size, data-parallel attention by --dp TP --enable-dp-attention, and
+speculative decoding (NEXTN/EAGLE MTP) by the recipe's own --speculative-* flags. Its host-memory KV tier,
+HiCache, is a backend (backends/hicache.py) whose settings become SGLang's --enable-hierarchical-cache flags here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from slurmx.engines.base import EngineMetrics, KvOffload, KvPoolLog, NodePart, RecipeProblem, RecipeSizing
+from slurmx.flags import Flags
+from slurmx.plan import Point
+
+HIERARCHICAL = "--enable-hierarchical-cache"  # SGLang's own host-memory tier (HiCache) on
+HICACHE_SIZED = ("--hicache-size", "--hicache-ratio")  # its host pool: GB per rank, or a ratio of the device pool
+SERVER_MODULE = "sglang.launch_server"
+# every spelling SGLang's server arguments take for the parallel sizes slurmx sets (--tp, --dp, --ep-size): a recipe
+# may set none of them (the long ones are what some scripts pass: qwen3.5_fp8_mi300x_mtp.sh --tensor-parallel-size)
+PARALLEL_ALIASES = (
+    "--tp", "--tp-size", "--tensor-parallel-size", "--dp", "--dp-size", "--data-parallel-size",
+    "--ep", "--ep-size", "--expert-parallel-size",
+)  # fmt: skip
+# counter names without the `_total` suffix (aiperf's export strips it; the raw text keeps it). SGLang's
+# production metrics (docs.sglang.io references/production_metrics): cached prompt tokens by cache_source
+# (device | host | storage_<backend>), token usage of the device pool, requests done.
+METRICS = EngineMetrics(
+    prefix="sglang:",
+    required_prefix="sglang:",  # what InferenceX's SGLang scripts set (AIPERF_REQUIRED_SERVER_METRIC_PREFIX)
+    prefix_queries="sglang:prompt_tokens",  # SGLang counts hits in tokens: every prompt token is looked up
+    prefix_hits="sglang:cached_tokens",
+    external_queries="sglang:prompt_tokens",
+    external_hits="sglang:cached_tokens",  # cache_source != device: the host tier's and storage's share
+    prompt_tokens="sglang:prompt_tokens",
+    generation_tokens="sglang:generation_tokens",
+    requests_done="sglang:num_requests",
+    rank_label="dp_rank",
+    cached_by_source="sglang:cached_tokens",
+    prompt_by_source="sglang:realtime_tokens",  # mode = prefill_compute | prefill_cache | decode
+    gpu_usage=("sglang:token_usage",),
+    cpu_usage="sglang:hicache_host_used_tokens",
+    offload={},
+)
+# "[... DP0 TP0 EP0] KV Cache is allocated. #tokens: N, ..." (memory_pool.py), one line per TP rank; the DP tag
+# names the data-parallel rank (absent without data-parallel attention)
+KV_POOL_LOG = KvPoolLog(
+    marker="KV Cache is allocated",
+    size=r"KV Cache is allocated\.\s*#tokens:\s*(?P<tokens>[\d,]+)",
+    rank=r"\[[^\]]*\b(?P<tag>DP\d+)\b[^\]]*\]",
+    default_rank="DP0",
+)
+
+
+class SGLang:
+    name = "sglang"
+    computed_flags = frozenset({
+        "--model-path", "--served-model-name", "--host", "--port", "--enable-dp-attention", "--nnodes", "--node-rank",
+        "--dist-init-addr", "--revision", *PARALLEL_ALIASES, HIERARCHICAL, *HICACHE_SIZED,
+    })  # fmt: skip
+    metrics_path = "/metrics"
+    health_path = "/health"  # benchmark_lib.sh's wait_for_server_ready polls it
+    distributions: tuple[str, ...] = ("sglang", "sgl-kernel", "torch", "flashinfer-python", "sglang-router")
+    metrics = METRICS
+    kv_pool_log = KV_POOL_LOG
+    hash_env: frozenset[str] = frozenset()  # SGLang's radix cache keys on token ids, no hash seed
+    tool_call_flags: tuple[str, ...] = ("--tool-call-parser",)
+    upstream_programs: Mapping[str, str] = MappingProxyType({f"python3 -m {SERVER_MODULE}": "engine"})
+    cache_env: tuple[str, ...] = ()
+    env_prefixes: tuple[str, ...] = ("SGLANG_", "SGL_")
+    image_packages: tuple[str, ...] = ("sglang", "sgl_kernel")
+    loads_connectors = False  # HiCache is its own tier; it plugs in no vLLM-style connector class
+    revision_flag = "--revision"
+    model_flag: str | None = "--model-path"
+    # mtp: the recipe's own --speculative-algorithm NEXTN/EAGLE flags (the target model's own MTP heads)
+    spec_methods = frozenset({"none", "mtp"})
+
+    def parallel_flags(self, point: Point) -> list[str]:
+        """Tensor parallelism over the point's GPUs; experts spread over --ep-size (InferenceX's scripts pass it
+        on every point); data-parallel attention as one DP rank per GPU of the TP group."""
+        flags = ["--tp", str(point.tp), "--ep-size", str(point.ep)]
+        if point.dp_attn:
+            flags += ["--dp", str(point.tp), "--enable-dp-attention"]
+        return flags
+
+    def ready_timeout_s(self, env: Mapping[str, str]) -> int:
+        return 0  # no start-up limit of its own in its env (its --watchdog-timeout guards a running batch)
+
+    def argv(
+        self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
+        flags: list[str],
+    ) -> list[str]:  # fmt: skip
+        argv = [*head, *([model_flag, model] if model_flag else [model])]
+        return [*argv, "--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port), *flags]
+
+    def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
+        """HiCache's settings as SGLang's flags: the tier on, then each setting as `--NAME VALUE`."""
+        flags = [HIERARCHICAL]
+        for name, value in offload.settings.items():
+            flags += [f"--{name}", str(value)]
+        return flags, {}
+
+    def offload_in(self, flags: Flags) -> dict[str, Any] | None:
+        if HIERARCHICAL not in flags:
+            return None
+        sized = {name.removeprefix("--"): flags[name] for name in HICACHE_SIZED if name in flags}
+        return {"kv_connector": "hicache", **sized}
+
+    def connector_of(self, argv: list[str]) -> str | None:
+        return "hicache" if HIERARCHICAL in argv else None
+
+    def computed_for(self, sizing: RecipeSizing) -> frozenset[str]:
+        return self.computed_flags
+
+    def recipe_problems(self, flags: Flags, sizing: RecipeSizing) -> list[RecipeProblem]:
+        problems = []
+        if sizing.max_num_seqs_per_conc or sizing.capture_tokens_per_seq or sizing.capture_size_is_max_num_seqs:
+            problems.append(RecipeProblem(
+                ("engine",), "SGLang's batch and graph sizes are its own flags (--max-running-requests, "
+                "--cuda-graph-max-bs): set them per conc"
+            ))  # fmt: skip
+        if sizing.draft_model is not None:
+            problems.append(RecipeProblem(("engine", "draft-model"), "SGLang's MTP here drafts with the target model"))
+        return problems
+
+    def sized_flags(self, flags: Flags, sizing: RecipeSizing, conc: int, draft_path: str) -> tuple[Flags, list[str]]:
+        return dict(flags), []
+
+    def rank_span_problem(self, rank_gpus: int, gpus_per_node: int) -> str | None:
+        return "slurmx runs SGLang on one node only (no --nnodes launch yet)"
+
+    def binds_numa(self, flags: list[str]) -> str | None:
+        return "--numa-node" if "--numa-node" in flags else None
+
+    def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
+        raise NotImplementedError("slurmx runs SGLang on one node only")
+
+    def node_env(self, part: NodePart) -> dict[str, str]:
+        return {}
+
+    def cache_reset_path(self) -> str | None:
+        return "/flush_cache"  # empties the radix cache and, with HiCache, the host tier
+
+    def cache_reset_hint(self) -> str:
+        return "SGLang refuses /flush_cache while requests are running: the replay must have drained"
+
+    def version_of(self, versions: dict[str, str]) -> str | None:
+        return versions.get("sglang")
+
+
+ENGINE = SGLang()

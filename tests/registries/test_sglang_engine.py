@@ -1,0 +1,82 @@
+"""SGLang's engine module: the argv InferenceX's scripts start, its parallel flags, its offload flags read both
+ways, its KV-pool log line and its readiness and cache-reset endpoints."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from slurmx import engines
+from slurmx.engines import KvOffload
+from slurmx.results.server_metrics import kv_pool_tokens
+from slurmx.upstream.derive import parse_flags
+from tests.helpers.points import point_from_row
+
+SGLANG = engines.get("sglang")
+ROW = {"image": "lmsysorg/sglang:v0.5.16", "model": "org/m", "model-prefix": "m", "precision": "fp8",
+       "framework": "sglang", "runner": "cluster:b200-dgxc", "conc": 4, "tp": 8}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("row", "flags"),
+    [
+        ({}, ["--tp", "8", "--ep-size", "1"]),
+        ({"ep": 8}, ["--tp", "8", "--ep-size", "8"]),
+        ({"ep": 8, "dp-attn": True}, ["--tp", "8", "--ep-size", "8", "--dp", "8", "--enable-dp-attention"]),
+    ],
+)
+def test_parallel_flags_are_the_scripts(row: dict[str, object], flags: list[str]) -> None:
+    assert SGLANG.parallel_flags(point_from_row({**ROW, **row})) == flags
+    assert set(f for f in flags if f.startswith("--")) <= SGLANG.computed_flags  # a recipe may not set them
+    # nor any other spelling of the same sizes (qwen3.5_fp8_mi300x_mtp.sh passes the long ones)
+    assert {
+        "--tensor-parallel-size",
+        "--data-parallel-size",
+        "--expert-parallel-size",
+        "--tp-size",
+    } <= SGLANG.computed_flags
+
+
+def test_the_argv_is_python_dash_m_with_the_model_by_flag() -> None:
+    argv = SGLANG.argv(
+        ["python3", "-m", "sglang.launch_server"], "org/m", SGLANG.model_flag, "org/m", 8888, ["--tp", "8"]
+    )
+    assert argv == ["python3", "-m", "sglang.launch_server", "--model-path", "org/m", "--served-model-name", "org/m",
+                    "--host", "127.0.0.1", "--port", "8888", "--tp", "8"]  # fmt: skip
+    assert dict(SGLANG.upstream_programs) == {"python3 -m sglang.launch_server": "engine"}
+
+
+def test_hicache_settings_become_its_flags_and_read_back() -> None:
+    flags, env = SGLANG.offload_args(KvOffload("hicache", {"hicache-size": 35}))
+    assert (flags, env) == (["--enable-hierarchical-cache", "--hicache-size", "35"], {})
+    assert SGLANG.offload_in(parse_flags(flags)[1]) == {"kv_connector": "hicache", "hicache-size": 35}
+    assert SGLANG.offload_in({"--tp": 8}) is None
+    assert SGLANG.connector_of(["--tp", "8", *flags]) == "hicache"
+    assert SGLANG.connector_of(["--tp", "8"]) is None
+
+
+def test_the_kv_pool_line_counts_one_pool_per_data_parallel_rank(tmp_path: Path) -> None:
+    """Every TP rank logs the pool; a DP-attention engine has one pool per DP rank (its tag), else one."""
+    tp_only = [f"[2026-01-01 00:00:00 TP{r}] KV Cache is allocated. #tokens: 524288, K size: 8 GB" for r in range(8)]
+    dp = [
+        f"[2026-01-01 00:00:00 DP{r} TP{r} EP{r}] KV Cache is allocated. #tokens: 1000, KV size: 1 GB" for r in range(4)
+    ]
+    for name, lines, tokens in (("tp.log", tp_only, 524288), ("dp.log", dp, 4000)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+        assert kv_pool_tokens([tmp_path / name], SGLANG.kv_pool_log) == tokens
+    assert not re.search(SGLANG.kv_pool_log.size, "KV Cache is full")
+
+
+def test_readiness_metrics_and_cache_reset() -> None:
+    assert (SGLANG.health_path, SGLANG.metrics_path, SGLANG.cache_reset_path()) == (
+        "/health",
+        "/metrics",
+        "/flush_cache",
+    )
+    assert SGLANG.metrics.required_prefix == SGLANG.metrics.prefix == "sglang:"
+    names = [SGLANG.metrics.prefix_hits, SGLANG.metrics.prompt_tokens, SGLANG.metrics.generation_tokens]
+    assert all(n.startswith("sglang:") for n in names)
+    assert SGLANG.version_of({"sglang": "0.5.16", "torch": "2.9"}) == "0.5.16"
+    assert SGLANG.tool_call_flags == ("--tool-call-parser",)
