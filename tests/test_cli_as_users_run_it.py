@@ -94,12 +94,12 @@ def test_plan_all_over_the_fixture_masters_equals_inferencex_whatever_the_recipe
         assert inferencex_fields(rows) == expected, f"with jobs {jobs}"
         served[jobs] = {r["recipe"] for r in rows if r["config-key"] == IMPORTED_KEY}
         # a key slurmx has no engine for is said so whatever jobs/ holds (plan reads no recipe for it)
-        sglang = {
+        atom = {
             r["recipe-note"]
             for r in rows
-            if r["framework"] == "sglang" and r.get("scenario-type") == "agentic-coding" and "prefill" not in r
+            if r["framework"] == "atom" and r.get("scenario-type") == "agentic-coding" and "prefill" not in r
         }
-        assert sglang and all("no serving engine 'sglang'" in note for note in sglang), sglang
+        assert atom and all("no serving engine 'atom'" in note for note in atom), atom
     assert served[None] == {"minimaxm3-fp4-b200-vllm-mtp"}  # the checkout's recipe, from a fresh directory
     assert served[empty] == {None}
     assert list(cwd.iterdir()) == []  # planning writes nothing
