@@ -201,3 +201,12 @@ class DisaggWorkers(Protocol):
     ) -> list[str]: ...
 
     def worker_env(self, node_address: str) -> dict[str, str]: ...
+
+
+def server_argv(
+    head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int, flags: list[str]
+) -> list[str]:
+    """An OpenAI-compatible server's argv: the launcher, the model (positional or by its flag), the name it serves
+    under, loopback host and port, then the recipe's flags (vLLM's and SGLang's spell these alike)."""
+    argv = [*head, *([model_flag, model] if model_flag else [model])]
+    return [*argv, "--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port), *flags]

@@ -12,7 +12,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from slurmx.engines.base import EngineMetrics, KvOffload, KvPoolLog, NodePart, RecipeProblem, RecipeSizing
+from slurmx.engines.base import (
+    EngineMetrics,
+    KvOffload,
+    KvPoolLog,
+    NodePart,
+    RecipeProblem,
+    RecipeSizing,
+    server_argv,
+)
 from slurmx.flags import Flags
 from slurmx.plan import Point
 
@@ -93,8 +101,7 @@ class SGLang:
         self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
         flags: list[str],
     ) -> list[str]:  # fmt: skip
-        argv = [*head, *([model_flag, model] if model_flag else [model])]
-        return [*argv, "--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port), *flags]
+        return server_argv(head, model, model_flag, served_model_name, port, flags)
 
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         """HiCache's settings as SGLang's flags: the tier on, then each setting as `--NAME VALUE`."""

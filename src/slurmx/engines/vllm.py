@@ -8,7 +8,15 @@ from types import MappingProxyType
 from typing import Any
 
 from slurmx.config.master import WorkerSpec
-from slurmx.engines.base import EngineMetrics, KvOffload, KvPoolLog, NodePart, RecipeProblem, RecipeSizing
+from slurmx.engines.base import (
+    EngineMetrics,
+    KvOffload,
+    KvPoolLog,
+    NodePart,
+    RecipeProblem,
+    RecipeSizing,
+    server_argv,
+)
 from slurmx.flags import Flags, render_flags
 from slurmx.plan import Point
 
@@ -101,8 +109,7 @@ class VLLM:
         self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
         flags: list[str],
     ) -> list[str]:  # fmt: skip
-        argv = [*head, *([model_flag, model] if model_flag else [model])]
-        return [*argv, "--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port), *flags]
+        return server_argv(head, model, model_flag, served_model_name, port, flags)
 
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         return [TRANSFER_FLAG, json.dumps(transfer_config(offload), separators=(",", ":"))], {}
