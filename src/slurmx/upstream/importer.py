@@ -240,10 +240,8 @@ def arm_knobs(arm: str, configs: list[Flags], points: list[Point], captured: Seq
         knobs = backend.knobs_from_connector(configs, [*points, *(c.point for c in probes)], seen)
     except ValueError as why:
         raise ImportRefused(f"arm {arm}: {why}") from None
-    routers = {
-        p for c in captured for p, role in engines.get(c.point.framework).upstream_programs.items() if role == "router"
-    }
-    return {**knobs, **install_knobs(arm, backend.distribution, seen, frozenset(routers))}
+    routers = frozenset(p for c in captured for p in _routers(c.point.framework))
+    return {**knobs, **install_knobs(arm, backend.distribution, seen, routers)}
 
 
 def install_knobs(
@@ -377,15 +375,18 @@ def replay_flags(captured: Sequence[Captured]) -> Flags:
     return {n: seen[0][n] for n in names}
 
 
-def _typed_pin(c: Captured, distribution: str) -> bool:
-    """A pip install slurmx types elsewhere: the router's program (the recipe's router pin), the point's
-    backend's distribution or a build of it (kv-offload-backend.version; Mooncake's CUDA 13 wheel), or a package
+def _routers(framework: str) -> frozenset[str]:
+    """The router programs of the framework's engine, as InferenceX's scripts start them (and pip-install them)."""
+    return frozenset(p for p, role in engines.get(framework).upstream_programs.items() if role == "router")
+
+
+def _typed_pins(c: Captured) -> frozenset[str]:
+    """The pip installs slurmx types elsewhere: the router's program (the recipe's router pin), the point's
+    backend's distribution or a build of it (kv-offload-backend.version; Mooncake's CUDA 13 wheel), and the packages
     one pip installs beside that wheel (the arm's `requires`)."""
-    routers = {p for p, role in engines.get(c.point.framework).upstream_programs.items() if role == "router"}
     backend = backends.get(arm_of(c.point)).distribution
-    if backend is None:
-        return distribution in routers
-    return distribution in routers or distribution in beside_wheel(arm_capture(c).pip_groups, backend)
+    beside = beside_wheel(arm_capture(c).pip_groups, backend) if backend is not None else frozenset()
+    return _routers(c.point.framework) | beside
 
 
 def beside_wheel(groups: Sequence[frozenset[str]], distribution: str) -> frozenset[str]:
@@ -432,9 +433,10 @@ def provision_data(captured: Sequence[Captured]) -> dict[str, Any]:
     seen: list[dict[str, Any]] = []
     for c in captured:
         pip: dict[tuple[str, ...], list[str]] = {}
+        typed = _typed_pins(c)
         for (_, item), value in provision_facts(c.capture.started, {}).items():
             spec, *options = value.split()
-            if item.startswith("pip install ") and not _typed_pin(c, item.removeprefix("pip install ")):
+            if item.startswith("pip install ") and item.removeprefix("pip install ") not in typed:
                 pip.setdefault(tuple(options), []).append(spec)
         if any(_placeholders(a, c) != a for r in c.capture.runs for a in r.args):
             raise ImportRefused(f"{c.point.exp_name}: a script it runs is passed a path of this run")
