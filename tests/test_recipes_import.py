@@ -48,6 +48,9 @@ IMPORTED = {
     "qwen3.5-fp4-mi355x-sglang-agentic-mtp": "repo-main",
     "qwen3.5-fp8-mi300x-sglang-agentic-mtp": "repo-main",  # --tensor-parallel-size, SGLang's long --tp
     "glm5.2-fp4-mi355x-sglang-agentic-mtp": "repo-main",
+    "qwen3.5-fp4-b200-sglang-agentic-mtp": "repo-main",  # --tokenizer-path "$MODEL": the recipe's {model_path}
+    "qwen3.5-fp8-b200-sglang-agentic-mtp": "repo-main",
+    "glm5.2-fp4-b200-sglang-agentic-mtp": "repo-main",  # HiCache ratio 0.75, a fixed 270 GB at conc 12 and 16
 }
 
 pytestmark = pytest.mark.slow

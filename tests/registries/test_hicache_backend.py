@@ -93,3 +93,21 @@ def test_the_tier_reading_holds_the_host_pool_gauges_and_says_why_no_hit_figure(
     assert reading.counters == {"host_used_tokens": 5.0, "host_total_tokens": 9.0}
     assert reading.hit_tokens is None and reading.absent and 'cache_source="host"' in reading.absent
     assert HICACHE.tier_reading({}, {}).absent == "no sglang:hicache_host_* gauge in the replay's metrics export"
+
+
+def test_a_ratio_with_fixed_sizes_at_some_concurrencies_is_read_back_and_rebuilt() -> None:
+    """glm5.2_fp4_b200_sglang_mtp.sh:133-167: --hicache-ratio 0.75, except --hicache-size 270 at conc 12 and 16."""
+    points = [point_from_row({**ROW, "tp": 8, "conc": c}) for c in (1, 4, 8, 12, 16)]
+    configs = [
+        {"kv_connector": "hicache", **({"hicache-size": 270} if p.conc in (12, 16) else {"hicache-ratio": 0.75})}
+        for p in points
+    ]
+    knobs = HICACHE.knobs_from_connector(configs, points)
+    assert knobs == {"ratio": 0.75, "size-gb-at-conc": {12: 270, 16: 270}}
+    arm = HiCacheArm.model_validate(knobs)
+    rebuilt = [HICACHE.offload(HICACHE.spec(arm, p), {}, "sglang") for p in points]
+    assert [o.settings if o else None for o in rebuilt] == [{k: v for k, v in c.items() if k != "kv_connector"}
+                                                           for c in configs]  # fmt: skip
+    two_sizes = [*configs, {"kv_connector": "hicache", "hicache-size": 200}]  # conc 12 again, at another size
+    with pytest.raises(ValueError, match="no one whole GB per concurrency"):
+        HICACHE.knobs_from_connector(two_sizes, [*points, points[3]])

@@ -80,3 +80,18 @@ def test_readiness_metrics_and_cache_reset() -> None:
     assert all(n.startswith("sglang:") for n in names)
     assert SGLANG.version_of({"sglang": "0.5.16", "torch": "2.9"}) == "0.5.16"
     assert SGLANG.tool_call_flags == ("--tool-call-parser",)
+
+
+def test_a_flag_naming_the_model_path_renders_as_the_staged_model(tmp_path: Path) -> None:
+    """qwen3.5_fp4_b200_sglang_mtp.sh passes --tokenizer-path "$MODEL" (the staged path): the recipe holds
+    {model_path} and every rendered engine gets the runtime's path of the served model there."""
+    from slurmx.commands.common import load_points
+    from tests.helpers.golden import FIXTURES, _DefaultInputs, render_key
+
+    key = "qwen3.5-fp4-b200-sglang-agentic-mtp"
+    text = render_key(key, load_points(_DefaultInputs(FIXTURES / "repo-main"), [key]), tmp_path)  # type: ignore[arg-type]  # reads only .config, .clusters and .inferencex
+    engine_lines = [line for line in text.splitlines() if "sglang.launch_server" in line]
+    assert engine_lines and "{model_path}" not in text
+    for line in engine_lines:
+        model = re.search(r"--model-path (\S+)", line)
+        assert model and f"--tokenizer-path {model.group(1)} " in line, line

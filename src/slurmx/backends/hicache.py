@@ -40,6 +40,9 @@ class HiCacheArm(Arm):
 
     size_gb: PositiveInt | None = None
     ratio: PositiveFloat | None = None
+    # a fixed size per rank at these concurrencies, whatever the rest of the arm says (glm5.2_fp4_b200_sglang_mtp.sh:
+    # 270 GB at conc 12 and 16, where the working set needs the host pool the ratio would not give)
+    size_gb_at_conc: dict[PositiveInt, PositiveInt] = Field(default_factory=dict)
     reserve_gb_per_rank: int = Field(default=0, ge=0)
     pool_share: list[PositiveInt] = Field(default_factory=lambda: [1, 1])  # [numerator, denominator]
 
@@ -75,6 +78,10 @@ class HiCache(BaseBackend[HiCacheSpec]):
     def spec(self, arm: Arm, point: Point) -> HiCacheSpec:
         knobs = arm if isinstance(arm, HiCacheArm) else HiCacheArm()
         version = backend_version(point)
+        if point.conc in knobs.size_gb_at_conc:
+            return HiCacheSpec(
+                name=self.name, version=version, size_gb=knobs.size_gb_at_conc[point.conc], ranks=point.tp
+            )
         if knobs.ratio is not None:
             return HiCacheSpec(name=self.name, version=version, ratio=knobs.ratio, ranks=point.tp)
         if knobs.size_gb is not None:
@@ -121,8 +128,19 @@ class HiCache(BaseBackend[HiCacheSpec]):
         at every budget; else the fewest-digit share and reserve of the budget that give each point's size."""
         if not configs or any(c.get("kv_connector") != NAME for c in configs):
             raise ValueError("no --enable-hierarchical-cache was captured on every point")
+        by_ratio = [RATIO in c and SIZE not in c for c in configs]
+        if any(by_ratio) and not all(by_ratio):  # a ratio on some concurrencies, a fixed size on the others
+            sized = [(p.conc, c.get(SIZE)) for p, c, r in zip(points, configs, by_ratio, strict=True) if not r]
+            at_conc = dict(sized)
+            if any(not isinstance(s, int) for _, s in sized) or len(at_conc) != len(set(sized)):
+                raise ValueError(f"--{SIZE} on some points is no one whole GB per concurrency")
+            ratio = self.knobs_from_connector(
+                [c for c, r in zip(configs, by_ratio, strict=True) if r],
+                [p for p, r in zip(points, by_ratio, strict=True) if r],
+            )
+            return {**ratio, "size-gb-at-conc": dict(sorted(at_conc.items()))}
         ratios = {repr(c.get(RATIO)) for c in configs}
-        if all(RATIO in c and SIZE not in c for c in configs):
+        if all(by_ratio):
             if len(ratios) > 1:
                 raise ValueError(f"--{RATIO} differs between points")
             return {"ratio": configs[0][RATIO]}

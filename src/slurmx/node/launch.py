@@ -14,7 +14,7 @@ from pathlib import Path
 from slurmx.engines.base import NodePart as NodePart  # re-exported: the node body builds parts
 from slurmx.node.replay import production_argv, synthetic_argv
 from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
-from slurmx.recipes.spec import DRAFT_PATH, ServingSpec
+from slurmx.recipes.spec import DRAFT_PATH, MODEL_PATH, ServingSpec
 from slurmx.runtimes import Runtime
 from slurmx.store.atomic import write_text
 
@@ -97,7 +97,7 @@ def _launch_plan(
     backend, engine = implemented.backend, implemented.engine
     plan = LaunchPlan(engine_url=loopback(ports.engine))
     plan.servers += backend.servers(spec.backend, ports, runtime, spec.env)
-    flags = spec.engine_flags
+    flags = [f.replace(MODEL_PATH, runtime.model_path(spec.model)) for f in spec.engine_flags]
     if spec.draft_model is not None:  # the pre-downloaded draft (provisioning puts it there)
         flags = [f.replace(DRAFT_PATH, runtime.model_path(spec.draft_model)) for f in flags]
     if spec.model_revision is not None:  # the snapshot provisioning fetched and checked, not the hub's newest

@@ -14,6 +14,7 @@ from slurmx.engines import Engine
 from slurmx.recipes.model import Provision, Replay
 
 DRAFT_PATH = "{draft_model_path}"  # replaced by the draft's local path where the runtime is known
+MODEL_PATH = "{model_path}"  # a flag naming the served model's own path again (--tokenizer-path): replaced so too
 
 
 @dataclass(frozen=True)

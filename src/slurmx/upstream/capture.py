@@ -31,7 +31,7 @@ from slurmx import engines
 from slurmx.node import procscan
 from slurmx.plan import Point
 from slurmx.upstream.launcher import SANDBOX, Launch, workflow_env
-from slurmx.upstream.standin import REAL_BASH  # `bash` on the capture's PATH is a stand-in
+from slurmx.upstream.standin import REAL_BASH, write_checkpoint  # `bash` on the capture's PATH is a stand-in
 
 # the servers the scripts start and keep running, by the slurmx process each one is: every engine's, and the
 # backends' own (the stand-ins and the facts compared both read this one table)
@@ -212,13 +212,6 @@ def _host_reads(bin_dir: Path, root: Path, runner: str) -> None:
         reader.chmod(0o755)
 
 
-def stage_checkpoint(directory: Path) -> None:
-    """A stand-in checkpoint: what the scripts check before skipping a download (config.json, a shard)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text("{}\n")
-    (directory / "model.safetensors").write_text("")
-
-
 def _settle(pgid: int, bound_s: float = 30.0) -> None:
     """Wait until every stand-in the script left in the background has recorded itself: a server
     stand-in records, then becomes `sleep`. On a loaded machine the script can end first."""
@@ -270,7 +263,7 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
     script.write_text(upstream.script.read_text())
     (work / "ix" / "benchmarks" / "benchmark_lib.sh").write_text(upstream.lib.read_text())
     if upstream.model_path.startswith("{work}/"):
-        stage_checkpoint(Path(upstream.model_path.replace("{work}", str(work))))
+        write_checkpoint(upstream.model_path.replace("{work}", str(work)))
     bin_dir, home, workspace = work / "bin", work / "home", work / "workspace"
     _stand_ins(bin_dir)
     _host_reads(bin_dir, Path(SANDBOX.replace("{work}", str(work))), point.runner)

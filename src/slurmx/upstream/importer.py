@@ -23,9 +23,10 @@ from pydantic import ValidationError
 from slurmx import backends, engines
 from slurmx.backends.base import ArmCapture
 from slurmx.config.master import kebab
-from slurmx.flags import Flags
+from slurmx.flags import Flags, FlagValue
 from slurmx.plan import Point
 from slurmx.recipes.model import REPLAY_BUILT_FLAGS, REPLAY_FIELDS, Replay
+from slurmx.recipes.spec import MODEL_PATH
 from slurmx.store.atomic import write_text
 from slurmx.upstream.capture import PORT, Capture, Started, Upstream, capture, process_names, program_of
 from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV, Declared
@@ -165,7 +166,7 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
         if (connector := _connector(c, flags)) is not None:
             connectors.setdefault(arm_of(c.point), []).append(connector)
         # --max-num-seqs stays: derive recognises k x conc (max-num-seqs-per-conc) or keeps the fixed value
-        flags = {n: v for n, v in flags.items() if n not in engine.computed_flags - {MAX_NUM_SEQS}}
+        flags = {n: _model_named(v, c) for n, v in flags.items() if n not in engine.computed_flags - {MAX_NUM_SEQS}}
         speculative = flags.get(SPECULATIVE)
         if isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
             path = str(speculative["model"])
@@ -185,6 +186,13 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
                              if f":{PORT}" not in v and not k.startswith(REPLAY_ONLY_ENV) and k not in own})
         )  # fmt: skip
     return observed, connectors, draft
+
+
+def _model_named(value: FlagValue, c: Captured) -> FlagValue:
+    """A flag whose value is the staged model's path (a script's `--tokenizer-path "$MODEL"`) as the recipe's
+    placeholder for it: the path is the capture's own, so it differs between points."""
+    staged = c.upstream.model_path.replace("{work}", c.work)
+    return MODEL_PATH if staged.startswith("/") and value in (staged, f"{staged}/") else value
 
 
 def _placeholders(value: str, c: Captured) -> str:

@@ -5,7 +5,7 @@ Run as `python standin.py server|tool NAME ARGS...` from a wrapper named NAME on
 files its env names in the capture's work dir) to $STANDIN_LOG, then
 does the least the script needs to go on: servers stay up until killed (the script checks they are
 alive), `uv venv` creates the aiperf venv's stand-ins, `pip show` names a version, the torch-lib
-query prints a directory, `hf download --local-dir` leaves a config.json and a shard, `df /dev/shm` reports the cluster node's size.
+query prints a directory, `hf download` leaves a stand-in checkpoint, `df /dev/shm` reports the cluster node's size.
 Everything else exits 0.
 
 A script starts about 30 of these per point: the module imports only `os` and `sys` up front (json
@@ -24,6 +24,24 @@ REAL_DF = "/bin/df"
 # where a container patch script finds the image's engine packages (find_spec): a site-packages under the capture's
 # sandbox (work/root, compared as the cluster path) holding $STANDIN_PACKAGES empty, never this machine's
 SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
+
+
+# a stand-in checkpoint holds what the scripts' completeness checks read: the configs, a tokenizer, one shard
+# and the index naming it (glm5.2_fp4_b200_sglang_mtp.sh checks every shard the index maps)
+CHECKPOINT = (
+    ("config.json", "{}"), ("tokenizer_config.json", "{}"), ("tokenizer.json", "{}"), ("model.safetensors", ""),
+    ("model.safetensors.index.json", '{"weight_map": {"w": "model.safetensors"}}'),
+)  # fmt: skip
+
+
+def write_checkpoint(directory: str) -> None:
+    """A stand-in checkpoint in `directory`; files already there are kept (a download resumes into them)."""
+    os.makedirs(directory, exist_ok=True)
+    for name, text in CHECKPOINT:
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):
+            with open(path, "w") as out:
+                out.write(text)
 
 
 def _record(name: str, argv: list[str], server: bool) -> None:
@@ -112,20 +130,14 @@ def _hf(argv: list[str]) -> None:
         os.makedirs(snapshot, exist_ok=True)
         with open(os.path.join(root, "refs", "main"), "w") as out:
             out.write("standin")
-        for name, text in (("config.json", "{}"), ("tokenizer_config.json", "{}"), ("model.safetensors", ""),
-                           ("model.safetensors.index.json", '{"weight_map": {"w": "model.safetensors"}}')):  # fmt: skip
-            with open(os.path.join(snapshot, name), "w") as out:
-                out.write(text)
+        write_checkpoint(snapshot)
         print(snapshot)
         return
     if argv[:1] == ["download"] and "--local-dir" in argv:
         target = os.path.abspath(argv[argv.index("--local-dir") + 1])
         if not target.startswith(work):
             return
-        os.makedirs(target, exist_ok=True)
-        for name in ("config.json", "model.safetensors"):
-            with open(os.path.join(target, name), "a"):
-                pass
+        write_checkpoint(target)
 
 
 def _rocm_smi(argv: list[str]) -> None:
