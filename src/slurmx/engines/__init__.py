@@ -12,6 +12,7 @@ from slurmx.engines.base import (
     RecipeProblem,
     RecipeSizing,
 )
+from slurmx.engines.atom import ENGINE as ATOM_ENGINE
 from slurmx.engines.sglang import ENGINE as SGLANG_ENGINE
 from slurmx.engines.vllm import DYNAMO_WORKERS
 from slurmx.engines.vllm import ENGINE as VLLM_ENGINE
@@ -27,6 +28,7 @@ def register(engine: Engine) -> Engine:
 
 register(VLLM_ENGINE)
 register(SGLANG_ENGINE)
+register(ATOM_ENGINE)
 # what a serving spec written before it named its engine ran, and what tests read without naming one
 DEFAULT = VLLM_ENGINE.name
 
