@@ -100,6 +100,7 @@ class ArmCapture:
     import_checks: tuple[str, ...] = ()
     measured: tuple[str, ...] = ()
     pip_groups: tuple[frozenset[str], ...] = ()  # the names each pip command installed
+    engine_env: Mapping[str, str] = field(default_factory=dict)  # what the script set in the engine's env
 
 
 @dataclass(frozen=True)

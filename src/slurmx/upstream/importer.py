@@ -218,7 +218,8 @@ def arm_capture(c: Captured) -> ArmCapture:
         frozenset(item.removeprefix("pip install ") for _, item in provision_facts([s], {})) for s in started
     )
     pip_groups = tuple(g for g in groups if g and all(n in installs for n in g))
-    return ArmCapture(engine.files if engine is not None else {}, servers, installs, checks, measured, pip_groups)
+    env = engine.env_delta(c.capture.base_env) if engine is not None else {}
+    return ArmCapture(engine.files if engine is not None else {}, servers, installs, checks, measured, pip_groups, env)
 
 
 def probed(arm: str, captured: Sequence[Captured]) -> list[Captured]:
@@ -353,11 +354,14 @@ def replay_env(captured: Sequence[Captured]) -> tuple[dict[str, str], dict[str, 
     """The env the replay gets beyond the launcher's, as the recipe holds it: what every point's replay gets
     alike, and per arm what all of that arm's replays add. aiperf's own (AIPERF_*) and what the script exports
     to its whole shell, which aiperf inherits upstream. Left out: a value naming the server's port (slurmx picks
-    it on the node) or a per-run path (the capture's result or work dir: slurmx's replay has its own)."""
+    it on the node), a per-run path (the capture's result or work dir: slurmx's replay has its own) or the
+    backend's own env (the engine's, sized per point)."""
     envs: list[tuple[str, dict[str, str]]] = []
     for c in captured:
         delta = _replay_delta(c)
-        kept = {k: v for k, v in delta.items() if not LOCAL_URL.search(v) and _placeholders(v, c) == v}
+        own = backends.get(arm_of(c.point)).own_env  # sized per point by the backend (an in-process pool's GB)
+        kept = {k: v for k, v in delta.items()
+                if not LOCAL_URL.search(v) and _placeholders(v, c) == v and k not in own}  # fmt: skip
         envs.append((arm_of(c.point), kept))
     common = _alike([env for _, env in envs])
     per_arm = {}
