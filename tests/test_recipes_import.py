@@ -52,6 +52,8 @@ IMPORTED = {
     "qwen3.5-fp8-b200-sglang-agentic-mtp": "repo-main",
     "glm5.2-fp4-b200-sglang-agentic-mtp": "repo-main",  # HiCache ratio 0.75, a fixed 270 GB at conc 12 and 16
     "dsv4-fp4-mi355x-atom-agentic-mtp": "repo-main",  # ATOM: python3 -u -m atom.entrypoints.openai_server, MTP
+    "kimik3-fp4-mi355x-atom-agentic-mtp": "repo-main",  # ATOM's in-process LMCache: budget / TP GB a rank, DSpark
+    "glm5.2-fp4-mi355x-atom-agentic-mtp": "repo-main",  # ATOM's in-process LMCache: the whole budget in every rank
 }
 
 pytestmark = pytest.mark.slow

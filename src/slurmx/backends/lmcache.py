@@ -5,6 +5,12 @@ Two layouts, the arm's `servers` knob:
 - `per-rank`: one server per TP rank (`lmcache.0` .. `lmcache.<TP-1>`), each holding `L1 // TP` GB, each on its
   own pair of ports, health-checked and torn down like the one; the connector JSON lists every server's URL
   (`lmcache.mp.server_urls`), as InferenceX's MiniMax-M3 MI300X/MI355X scripts start theirs.
+
+`in-process: true` starts no server: every engine rank holds its own LMCache local-CPU pool through the engine's
+in-process connector (ATOM's `lmcache_offload`), configured by LMCache's own env (LMCACHE_LOCAL_CPU,
+LMCACHE_MAX_LOCAL_CPU_SIZE in GB a rank, LMCACHE_CHUNK_SIZE). `servers` then sizes each rank's pool: `per-rank`
+L1 // TP (kimik3_fp4_mi355x_atom_mtp.sh: TOTAL_CPU_DRAM_GB / TP), `one` the whole L1 in every rank
+(glm5.2_fp4_mi355x_atom_mtp.sh: TOTAL_CPU_DRAM_GB each).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
 from slurmx.runtimes.base import Runtime
 
 CONNECTOR = "LMCacheMPConnector"
+IN_PROCESS = "lmcache-in-process"  # the engine's own in-process LMCache connector, by its engine-neutral name
+# LMCache's env config of an in-process local-CPU pool (lmcache/v1/config.py reads LMCACHE_<FIELD>)
+LOCAL_CPU_ENV, POOL_ENV, CHUNK_ENV = "LMCACHE_LOCAL_CPU", "LMCACHE_MAX_LOCAL_CPU_SIZE", "LMCACHE_CHUNK_SIZE"
 # LMCache ships its connector for each engine in an integration module named after that engine
 CONNECTOR_MODULES = "lmcache.integration.{engine}.lmcache_mp_connector"
 CONNECTOR_MODULE = CONNECTOR_MODULES.format(engine=DEFAULT_ENGINE)  # the default engine's
@@ -89,7 +98,9 @@ class LMCacheArm(Arm):
     # refuse a point whose L1 pool exceeds SHM_CAP of free /dev/shm even without --shm-name (the script's own check)
     shm_check: bool = False
     chunk_size: int = Field(gt=0)
-    transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"]
+    # the server's --supported-transfer-mode (no server in-process: none)
+    transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"] | None = None
+    in_process: bool = False  # each engine rank holds its own pool (no server; see the module's docstring)
     mq_timeout_s: float | None = None
     server_flags: Flags = Field(default_factory=dict)
     import_check: list[str] = Field(default_factory=list)  # modules beyond the connector's (provisioning)
@@ -101,7 +112,8 @@ class LMCacheSpec(BackendSpec):
     servers: int = 1
     shm_check: bool = False
     chunk_size: int
-    transfer_mode: str
+    transfer_mode: str | None = None
+    in_process: bool = False  # servers: the engine ranks, each holding its own pool of shard_gb()
     mq_timeout_s: float | None = None
     server_flags: list[str] = []
     import_check: list[str] = []
@@ -114,8 +126,13 @@ class LMCacheSpec(BackendSpec):
         return self.shard_gb() * self.servers * GB
 
     def names(self) -> list[str]:
-        """The servers' process names, in start order."""
+        """The servers' process names, in start order (none in-process)."""
+        if self.in_process:
+            return []
         return [SERVER] if self.servers == 1 else [f"{SERVER}.{i}" for i in range(self.servers)]
+
+    def server_count(self) -> int:
+        return len(self.names())
 
     def ports(self, index: int) -> tuple[str, str]:
         """The names of server `index`'s ZMQ and HTTP ports."""
@@ -143,6 +160,7 @@ class LMCache(BaseBackend[LMCacheSpec]):
     log_patterns = LOG_PATTERNS
     distribution = "lmcache"
     preloads_torch = True
+    own_env = (LOCAL_CPU_ENV, POOL_ENV, CHUNK_ENV)  # an in-process pool's, built from the arm's knobs
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         assert isinstance(arm, LMCacheArm)
@@ -151,6 +169,13 @@ class LMCache(BaseBackend[LMCacheSpec]):
             for name in arm.server_flags
             if name in TYPED_FLAGS
         ]
+        problems += [ArmProblem(("env", name), f"{name} is built from the arm's knobs") for name in self.own_env
+                     if name in env or name in arm.env]  # fmt: skip
+        if arm.in_process and (arm.server_flags or arm.transfer_mode or arm.mq_timeout_s is not None):
+            problems.append(ArmProblem(("in-process",), "an in-process pool has no server: no server-flags, "
+                                       "transfer-mode or mq-timeout-s"))  # fmt: skip
+        if not arm.in_process and arm.transfer_mode is None:
+            problems.append(ArmProblem(("transfer-mode",), "the LMCache server needs a transfer-mode"))
         if arm.chunk_size % block_size:
             problems.append(ArmProblem(
                 ("chunk-size",), f"chunk-size {arm.chunk_size} is not a multiple of the engine block size {block_size}"
@@ -168,7 +193,9 @@ class LMCache(BaseBackend[LMCacheSpec]):
         size = l1_size_gb(point.total_cpu_dram_gb, arm.l1_fraction)
         if not size:
             raise ArmProblem(("l1-fraction",), f"L1 of {point.exp_name} rounds to 0 GB of {point.total_cpu_dram_gb} GB")
-        servers = point.tp if arm.servers == "per-rank" else 1
+        servers = point.tp if arm.servers == "per-rank" or arm.in_process else 1
+        if arm.in_process and arm.servers == "one":
+            size *= point.tp  # every rank holds the whole L1: TP pools of it
         if size < servers:
             raise ArmProblem(
                 ("servers",), f"{point.exp_name}: an L1 of {size} GB leaves each of {servers} servers 0 GB"
@@ -176,6 +203,7 @@ class LMCache(BaseBackend[LMCacheSpec]):
         return LMCacheSpec(
             name=self.name,
             version=backend_version(point),
+            in_process=arm.in_process,
             l1_size_gb=size,
             l1_fraction=arm.l1_fraction,
             servers=servers,
@@ -199,6 +227,8 @@ class LMCache(BaseBackend[LMCacheSpec]):
         """The arm knobs that rebuild the captured LMCacheMPConnector JSON and the servers the script started: one
         (the JSON names its port) or one per TP rank (the JSON lists their URLs, rank order), their L1 sizes, flags,
         the modules the script checks import and whether it sized the pool against free /dev/shm."""
+        if configs and all(c.get("kv_connector") == IN_PROCESS for c in configs):
+            return _in_process_knobs(points, handed)
         if not configs or any(c.get("kv_connector") != CONNECTOR for c in configs):
             raise ValueError(f"no {CONNECTOR} JSON was captured on every point")
         if len(handed) != len(points):
@@ -244,13 +274,15 @@ class LMCache(BaseBackend[LMCacheSpec]):
         return knobs
 
     def ports_of(self, spec: LMCacheSpec) -> tuple[str, ...]:
-        return tuple(name for i in range(spec.servers) for name in spec.ports(i))
+        return tuple(name for i in range(spec.server_count()) for name in spec.ports(i))
 
     def server_names(self, spec: LMCacheSpec) -> tuple[str, ...]:
         return tuple(spec.names())
 
     def servers(self, spec: LMCacheSpec, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
         # the server hashes chunks with the same seed as the engine, or no lookup ever hits
+        if spec.in_process or spec.transfer_mode is None:  # the engine's ranks hold the pool
+            return []
         server_env = {**COMMON_ENV, "PYTHONHASHSEED": env["PYTHONHASHSEED"], "LMCACHE_DISABLE_BANNER": "1"}
         processes = []
         for index, name in enumerate(spec.names()):
@@ -271,6 +303,9 @@ class LMCache(BaseBackend[LMCacheSpec]):
         return processes
 
     def offload(self, spec: LMCacheSpec, ports: ServerPorts, engine: str) -> KvOffload | None:
+        if spec.in_process:  # LMCache's own env, which the engine hands its ranks
+            pool = {LOCAL_CPU_ENV: "True", POOL_ENV: str(spec.shard_gb()), CHUNK_ENV: str(spec.chunk_size)}
+            return KvOffload(IN_PROCESS, pool)
         if spec.servers > 1:  # the connector talks to rank i's server at the i-th URL
             urls = [f"tcp://{HOST}:{ports[spec.ports(i)[0]]}" for i in range(spec.servers)]
             extra: dict[str, Any] = {"lmcache.mp.server_urls": ",".join(urls)}
@@ -284,13 +319,19 @@ class LMCache(BaseBackend[LMCacheSpec]):
         return [p for p in (check_shm(spec),) if p]
 
     def import_checks(self, spec: LMCacheSpec, engine: str = DEFAULT_ENGINE) -> list[str]:
+        if spec.in_process:  # the engine's own connector loads the image's LMCache, as the scripts leave it
+            return list(spec.import_check)
         return [CONNECTOR_MODULES.format(engine=engine), *spec.import_check]
 
+    def distribution_of(self, spec: LMCacheSpec) -> str | None:
+        # in-process: the LMCache the engine's image ships (the ATOM scripts install none)
+        return None if spec.in_process else self.distribution
+
     def metrics_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
-        return [loopback(ports[spec.ports(i)[1]], "/metrics") for i in range(spec.servers)]
+        return [loopback(ports[spec.ports(i)[1]], "/metrics") for i in range(spec.server_count())]
 
     def cache_reset_urls(self, spec: LMCacheSpec, ports: ServerPorts) -> list[str]:
-        return [loopback(ports[spec.ports(i)[1]], "/cache/clear") for i in range(spec.servers)]
+        return [loopback(ports[spec.ports(i)[1]], "/cache/clear") for i in range(spec.server_count())]
 
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
         counters = {field: deltas[name] for field, name in TIER_COUNTERS.items() if name in deltas}
@@ -308,6 +349,31 @@ def l1_fraction(sizes: Sequence[tuple[Point, int, int]]) -> float:
     if not fits:
         raise ValueError("--l1-size-gb follows no int(budget x fraction) // servers on these points")
     return min(fits, key=lambda f: (len(repr(f)), -f))
+
+
+def _in_process_knobs(points: Sequence[Point], handed: Sequence[ArmCapture]) -> dict[str, Any]:
+    """The knobs of an in-process pool from the LMCache env the engine got on every point: each rank's
+    LMCACHE_MAX_LOCAL_CPU_SIZE as int(budget x fraction) // TP (per-rank) or the whole of it (one), its chunk."""
+    if len(handed) != len(points):
+        raise ValueError("the engine's env was not captured on every point")
+    envs = [h.engine_env for h in handed]
+    if any(e.get(LOCAL_CPU_ENV, "").lower() != "true" for e in envs):
+        raise ValueError(f"an in-process pool without {LOCAL_CPU_ENV}=True on every point")
+    pools = [(p, _int_env(e, POOL_ENV)) for p, e in zip(points, envs, strict=True)]
+    knobs: dict[str, Any] = {"in-process": True}
+    try:
+        knobs["l1-fraction"], knobs["servers"] = l1_fraction([(p, p.tp, gb) for p, gb in pools]), "per-rank"
+    except ValueError:
+        knobs["l1-fraction"] = l1_fraction([(p, 1, gb) for p, gb in pools])  # each rank the whole L1
+    knobs["chunk-size"] = _one([_int_env(e, CHUNK_ENV) for e in envs], CHUNK_ENV)
+    return knobs
+
+
+def _int_env(env: Mapping[str, str], name: str) -> int:
+    value = env.get(name, "")
+    if not value.isdigit():
+        raise ValueError(f"the engine's {name} {value!r} is not a whole number")
+    return int(value)
 
 
 def _layout(point: Point, names: list[str], extra: dict[str, Any], servers: Mapping[str, Flags]) -> Layout:
