@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurmx import paths
-from tests.helpers.golden import KEYS, TREES, diff, golden_path, render, update_requested_in_ci
+from tests.helpers.golden import KEYS, TREES, diff, golden_path, points, render, update_requested_in_ci
 
 
 def test_ci_is_never_asked_to_update_golden_files() -> None:
@@ -65,3 +65,32 @@ def test_sglang_golden_files_start_sglang_with_tool_calls_and_parallelism() -> N
         for line in lines:
             argv = line.split(" python3 -m sglang.launch_server ", 1)[1].split()
             assert argv[0] == "--model-path" and "--tool-call-parser" in argv and "--tp" in argv, line
+
+
+def test_atom_golden_files_start_atom_with_its_in_process_lmcache_sized_per_rank() -> None:
+    """An ATOM key's engine is `python -m atom.entrypoints.openai_server` on every point: the model by --model, the
+    port by --server-port, TP from the point; on its LMCache arm, ATOM's in-process lmcache_offload connector with
+    each rank's pool the point's budget / TP GB (kimik3_fp4_mi355x_atom_mtp.sh: TOTAL_CPU_DRAM_GB / TP)."""
+    keys = [k for k in KEYS if "-atom-" in k]
+    assert keys
+    for key in keys:
+        budgets = {p.exp_name: (p.total_cpu_dram_gb, p.tp) for p in points(key)}
+        blocks = golden_path(key).read_text().split("\n# point ")[1:]
+        assert len(blocks) == len(budgets) > 0, key
+        offloaded = 0
+        for block in blocks:
+            name = block.split()[1]
+            lines = block.splitlines()
+            at = next(i for i, line in enumerate(lines) if " -m atom.entrypoints.openai_server " in line)
+            argv = lines[at].split(" -m atom.entrypoints.openai_server ", 1)[1].split()
+            assert argv[0] == "--model" and "--server-port" in argv, lines[at]
+            assert argv[argv.index("--tensor-parallel-size") + 1] == str(budgets[name][1])
+            env = dict(kv.split("=", 1) for kv in lines[at - 1].removeprefix("# env: ").split())
+            if "kvdram-lmcache" in name:
+                offloaded += 1
+                assert """'{"kv_connector":"lmcache_offload","kv_role":"offload"}'""" in lines[at]
+                budget, tp = budgets[name]
+                assert env["LMCACHE_LOCAL_CPU"] == "True" and env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == str(budget // tp)
+            else:
+                assert "--kv-transfer-config" not in argv and "LMCACHE_MAX_LOCAL_CPU_SIZE" not in env
+        assert offloaded, key

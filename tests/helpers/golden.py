@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from slurmx.commands.common import load_points
+from slurmx.plan import Point
 from slurmx.submit.render import render_key
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -25,9 +26,13 @@ KEYS = (
     "dsv4-fp4-gb300-dynamo-vllm-agentic",  # Dynamo disaggregated: rendered for review, refused by submit
     "glm5.2-fp8-mi325x-sglang-agentic-mtp",  # SGLang, no offload arm (an InferenceX main key)
     "qwen3.5-fp8-b300-sglang-agentic-mtp",  # SGLang with and without its HiCache arm, TP2-EP2 and TP4
+    "kimik3-fp4-mi355x-atom-agentic-mtp",  # ATOM with and without its in-process LMCache arm (budget / TP a rank)
 )
 # keys rendered from an InferenceX fixture tree (`slurmx render --inferencex DIR KEY`): its master configs
-TREES = {"glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main", "qwen3.5-fp8-b300-sglang-agentic-mtp": "repo-main"}
+TREES = {
+    "glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main", "qwen3.5-fp8-b300-sglang-agentic-mtp": "repo-main",
+    "kimik3-fp4-mi355x-atom-agentic-mtp": "repo-main",
+}  # fmt: skip
 
 
 class _DefaultInputs:
@@ -57,6 +62,13 @@ def render(key: str, results: Path) -> str:
     tree = FIXTURES / TREES[key] if key in TREES else None
     loaded = load_points(_DefaultInputs(tree), [key])  # type: ignore[arg-type]  # reads only .config, .clusters and .inferencex
     return _normalise(render_key(key, loaded, results), results, tree)
+
+
+def points(key: str) -> list[Point]:
+    """The key's points as render reads them (a TREES key: from its fixture tree)."""
+    tree = FIXTURES / TREES[key] if key in TREES else None
+    loaded = load_points(_DefaultInputs(tree), [key])  # type: ignore[arg-type]  # reads only .config, .clusters and .inferencex
+    return [p for p in loaded.points if p.config_key == key]
 
 
 def golden_path(key: str) -> Path:
