@@ -62,6 +62,9 @@ class EngineMetrics:
     # InferenceX's AIPERF_REQUIRED_SERVER_METRIC_PREFIX for this engine: aiperf's export must hold one such
     # metric (the engine's own, not only a router's), else the point is invalid (None: no such check)
     required_prefix: str | None = None
+    # whether InferenceX's aggregation adapter for this engine lists the scraped servers (server_metrics.sources:
+    # its vLLM adapter does, its ATOM one leaves the list empty)
+    lists_sources: bool = True
 
 
 @dataclass(frozen=True)

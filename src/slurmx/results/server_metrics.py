@@ -266,6 +266,8 @@ def export_sources(export: dict[str, Any], metrics: EngineMetrics | None = None)
     (role, endpoint, rank labels), with its prompt/generation tokens, prefix-cache hit rate and KV usage."""
     names = metrics or engines.default().metrics
     entries = export.get("metrics") if isinstance(export, dict) else None
+    if not names.lists_sources:
+        return []
     if not isinstance(entries, dict) or not any(str(n).startswith(names.prefix) for n in entries):
         return []  # InferenceX fills sources only through an engine adapter the export matched
     keyed = (
