@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slurmx import engines
 from slurmx.results import gate
 from slurmx.results.aggregate import RunMeta, build_result
 from slurmx.results.schema import Result
@@ -102,7 +103,10 @@ def compare(oracle: Oracle, result_dir: Path, point: dict[str, Any] | None = Non
     """slurmx's result and verdict against InferenceX's, on one result_dir/aiperf_artifacts."""
     result = build_result(point_from_row(point or POINT), result_dir / "aiperf_artifacts", run=RunMeta(sweep_id="s"))
     row = point or POINT
-    theirs = oracle.ask(result_dir, env_of(result) | (multinode_env(row) if "prefill" in row else {}))
+    # the engine's required metric prefix, as its InferenceX scripts export it (AIPERF_REQUIRED_SERVER_METRIC_PREFIX)
+    prefix = (engines.REGISTRY.get(str(row["framework"])) or engines.default()).metrics.required_prefix or "vllm:"
+    env = env_of(result) | (multinode_env(row) if "prefill" in row else {})
+    theirs = oracle.ask(result_dir, env, prefix)
     meta = result.slurmx
     assert meta is not None
     # the verdict build_result wrote into the result (what the node and rebuild keep), and the gate agrees

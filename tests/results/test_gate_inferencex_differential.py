@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +23,10 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from slurmx.results import gate
-from tests.helpers.inferencex_results import POINT, REPO, Oracle, compare, same
+from tests.helpers.inferencex_results import POINT, Oracle, compare, same
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "aiperf"
 EXAMPLES = int(os.environ.get("SLURMX_DIFF_EXAMPLES", "200"))
-
-
-@pytest.fixture(scope="module")
-def oracle() -> Iterator[Oracle]:
-    if not (REPO / "utils" / "agentic" / "validation").is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"InferenceX's repository is missing at {REPO}")
-        pytest.skip(f"InferenceX's repository not found at {REPO}")
-    running = Oracle()
-    yield running
-    assert running.proc.stdin
-    running.proc.stdin.close()
-    running.proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------- generated artifact sets

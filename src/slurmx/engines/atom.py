@@ -53,6 +53,7 @@ METRICS = EngineMetrics(
     gpu_usage=("atom:kv_cache_usage_ratio",),
     cpu_usage="",
     offload={},
+    lists_sources=False,  # InferenceX's backends/atom.py fills no server_metrics.sources
 )
 # ATOM's model runner logs its KV pool in blocks, not tokens ("num_kvcache_blocks"): no token-count line to read
 KV_POOL_LOG = KvPoolLog(marker="\0no ATOM KV-pool token line", size=r"(?P<tokens>\d+)\0", rank=r"(?P<tag>\0)", default_rank="0")
