@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from slurmx.engines.atom import ENGINE as ATOM_ENGINE
 from slurmx.engines.base import (
     DisaggWorkers,
     Engine,
@@ -12,7 +13,6 @@ from slurmx.engines.base import (
     RecipeProblem,
     RecipeSizing,
 )
-from slurmx.engines.atom import ENGINE as ATOM_ENGINE
 from slurmx.engines.sglang import ENGINE as SGLANG_ENGINE
 from slurmx.engines.vllm import DYNAMO_WORKERS
 from slurmx.engines.vllm import ENGINE as VLLM_ENGINE
