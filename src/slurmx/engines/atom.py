@@ -85,6 +85,8 @@ class Atom:
     env_prefixes: tuple[str, ...] = ("ATOM_", "AITER_", "OFFLOAD_")
     image_packages: tuple[str, ...] = ("atom", "aiter")
     loads_connectors = True  # its in-process LMCache tier (CONNECTORS); no vLLM connector class
+    # unverified: ATOM's EngineArgs as read (atom/model_engine/arg_utils.py) name no revision flag and no ATOM script
+    # pins one; a recipe's model-revision on ATOM is untried
     revision_flag = "--revision"
     model_flag: str | None = "--model"
     # mtp: the recipe's own --method mtp|dspark and --num-speculative-tokens (dspark's --draft-model too)
