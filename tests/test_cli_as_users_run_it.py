@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from slurmx import engines
 from tests.conftest import ROOT
 
 TREES = ("repo-main", "repo-kimik3-b300-lmcache", "repo-lmcache-agentix")
@@ -93,13 +94,15 @@ def test_plan_all_over_the_fixture_masters_equals_inferencex_whatever_the_recipe
         assert len(rows) == len(expected) == 1820
         assert inferencex_fields(rows) == expected, f"with jobs {jobs}"
         served[jobs] = {r["recipe"] for r in rows if r["config-key"] == IMPORTED_KEY}
-        # a key slurmx has no engine for is said so whatever jobs/ holds (plan reads no recipe for it)
-        atom = {
-            r["recipe-note"]
-            for r in rows
-            if r["framework"] == "atom" and r.get("scenario-type") == "agentic-coding" and "prefill" not in r
+        # a key slurmx has no engine for is said so whatever jobs/ holds (plan reads no recipe for it); one it has
+        # an engine for is not
+        agentic = [r for r in rows if r.get("scenario-type") == "agentic-coding" and "prefill" not in r]
+        missing = {
+            r["framework"]: r.get("recipe-note") or "" for r in agentic if r["framework"] not in engines.REGISTRY
         }
-        assert atom and all("no serving engine 'atom'" in note for note in atom), atom
+        assert all(f"no serving engine '{name}'" in note for name, note in missing.items()), missing
+        served_by = {r["framework"] for r in agentic if "no serving engine" not in (r.get("recipe-note") or "")}
+        assert served_by == set(engines.REGISTRY) & {r["framework"] for r in agentic}, served_by
     assert served[None] == {"minimaxm3-fp4-b200-vllm-mtp"}  # the checkout's recipe, from a fresh directory
     assert served[empty] == {None}
     assert list(cwd.iterdir()) == []  # planning writes nothing

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmx import engines
 from slurmx.cli import main
 
 CLUSTERS = """\
@@ -101,11 +102,12 @@ def test_draft_model_plans_and_render_names_the_missing_method(
 def test_unknown_framework_plans_and_render_names_the_missing_engine(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    masters = {"m.yaml": _key("k", framework="atom")}
+    masters = {"m.yaml": _key("k", framework="tilert")}  # InferenceX's TileRT key: no engine of slurmx
     assert _run(tmp_path, capsys, "plan", "k", masters=masters)[0] == 0
     code, _, err = _run(tmp_path, capsys, "render", "k", masters=masters)
     assert code == 2
-    assert "k: no serving engine 'atom' in slurmx (have: sglang, vllm)" in _one_error_line(err)
+    have = ", ".join(sorted(engines.REGISTRY))
+    assert f"k: no serving engine 'tilert' in slurmx (have: {have})" in _one_error_line(err)
 
 
 # PyYAML (so InferenceX's load_runner_file) keeps the last of two equal keys.
