@@ -112,12 +112,28 @@ def test_importing_an_unchanged_tree_rewrites_nothing(tree: Path, jobs: Path, tm
 
 @pytest.mark.parametrize("key", sorted(IMPORTED))
 def test_check_every_imported_key_on_its_fixture_tree(key: str, jobs: Path, tmp_path: Path, fixtures: Path) -> None:
+    """The committed recipe is what import makes of its tree (its reviewed rows folded in): nothing rewritten; and
+    import's check of it, `check`'s own verdict from the same captures, finds every difference declared."""
     source = fixtures / IMPORTED[key]  # the fixture: CI fails rather than skips without the trees
-    proc = slurmx(["recipes", "check", "--inferencex", str(source), key], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    # and the committed recipe is what import makes of that tree (its reviewed rows folded in): nothing rewritten
     proc = slurmx(["recipes", "import", "--inferencex", str(source), key, "--jobs", str(jobs)], cwd=tmp_path)
-    assert proc.returncode == 0 and ": unchanged " in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = proc.stdout.splitlines()[0]
+    assert ": unchanged " in line and "(unchanged)" in line or "; no rows;" in line, proc.stdout
+    assert line.endswith("; check: every difference declared"), proc.stdout
+    assert {p.name for p in jobs.rglob("*")} == {p.name for p in paths.jobs_dir().rglob("*")}  # nor a file added
+
+
+def test_import_says_what_check_says(jobs: Path, tmp_path: Path, fixtures: Path) -> None:
+    """Without its reviewed rows, import names each difference `check` names, and `check` exits 1 on them."""
+    tree = fixtures / "repo-main"
+    (jobs / "differences" / f"{STEM}.yaml").unlink()
+    proc = slurmx(["recipes", "import", "--inferencex", str(tree), KEY, "--jobs", str(jobs)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    head, *named = proc.stdout.splitlines()
+    assert head.endswith(f"; check: {len(named)} to review") and named, proc.stdout
+    proc = slurmx(["recipes", "check", "--inferencex", str(tree), KEY, "--jobs", str(jobs)], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert sorted(proc.stdout.splitlines()) == sorted(line.strip() for line in named)
 
 
 def test_every_checked_key_renders_and_dry_runs_from_its_tree(tmp_path: Path, fixtures: Path) -> None:

@@ -11,8 +11,10 @@ a declared row no point needs is stale. Exit 1 on any undeclared or stale row, o
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from slurmx import engines, paths
@@ -22,6 +24,7 @@ from slurmx.plan import Point
 from slurmx.recipes.resolve import match_values
 from slurmx.submit.render import point_processes
 from slurmx.submit.resolved import Resolved, resolve_runnable
+from slurmx.upstream.capture import Upstream
 from slurmx.upstream.compare import PointCompare, compare_multinode, compare_point, stale, undeclared
 from slurmx.upstream.declared import (
     REPLAY_INHERITS_WHY,
@@ -100,6 +103,11 @@ def table_for(jobs: Path, inputs: Inputs, key: str) -> list[Declared]:
     return table
 
 
+@functools.cache  # one launcher run per point in one command (cleared as each starts: the tree is read once)
+def _upstream(tree: Path, point: Point, shm_gib: int | None) -> Upstream:
+    return upstream_for(tree, point, shm_gib)
+
+
 def check_keys(tree: Path, inputs: Inputs, keys: list[str]) -> tuple[list[PointCompare], list[str]]:
     """Every point of every key compared; the keys slurmx cannot render yet, each with why."""
     jobs: list[tuple[str, Resolved]] = []
@@ -121,22 +129,27 @@ def compare_one(tree: Path, key: str, item: Resolved) -> PointCompare:
     if item.point.multinode:
         return compare_multinode(key, item, tree, point_processes)
     node = item.profile.node
-    upstream = upstream_for(tree, item.point, node.shm_gib if node is not None else None)
+    upstream = _upstream(tree, item.point, node.shm_gib if node is not None else None)
     return compare_point(key, item, upstream, point_processes)
 
 
-def run_check(args: argparse.Namespace) -> int:
-    inputs = inferencex_inputs(args.inferencex, args.keys, args.jobs)
-    jobs = args.jobs or paths.jobs_dir()
-    keys = _keys(inputs, args.keys, need_recipe=True)
-    compared, skipped = check_keys(args.inferencex, inputs, keys)
-    for line in skipped:
-        print(f"slurmx: recipes check: skipped {line}", file=sys.stderr)
-    unlaunched = launcher_notes(args.inferencex, compared)
-    for line in unlaunched:
-        print(f"slurmx: recipes check: {line}", file=sys.stderr)
-    for error in inputs.errors:  # a named key DIR's masters lack, or cannot expand
-        print(f"slurmx: error: {error}", file=sys.stderr)
+@dataclass
+class Verdict:
+    """What `check` concludes of compared points against their keys' tables."""
+
+    problems: list[str]  # failed captures, undeclared differences and stale rows, one line each (stdout)
+    notes: list[str]  # skipped keys and points, launchers not compared, retried captures (stderr)
+    summary: str  # the counts, when there are no problems
+    incomplete: bool  # something was not compared: exit 2 where nothing failed
+
+    def exit_code(self) -> int:
+        return 1 if self.problems else 2 if self.incomplete else 0
+
+
+def verdict(tree: Path, inputs: Inputs, jobs: Path, compared: list[PointCompare], skipped: list[str]) -> Verdict:
+    notes = [f"skipped {line}" for line in skipped]
+    unlaunched = launcher_notes(tree, compared)
+    notes += unlaunched
     problems: list[str] = []
     used: set[str] = set()
     for key in dict.fromkeys(c.key for c in compared):
@@ -149,21 +162,34 @@ def run_check(args: argparse.Namespace) -> int:
         ]
         used |= {row.where for c in mine for d in c.diffs for row in table if row.covers(key, d)}
     failed = [f"{c.where()}: {c.capture.failure()}" for c in compared if c.capture.returncode]
-    for c in compared:
-        if c.capture.retried:  # said, never hidden: the stand-ins' timing, not upstream (upstream/capture.py)
-            print(f"slurmx: recipes check: {c.where()}: first capture failed, a second passed: {c.capture.retried}",
-                  file=sys.stderr)  # fmt: skip
-    for line in failed + problems:
-        print(line)
-    if failed or problems:
-        return 1
+    # said, never hidden: the stand-ins' timing, not upstream (upstream/capture.py)
+    notes += [f"{c.where()}: first capture failed, a second passed: {c.capture.retried}" for c in compared
+              if c.capture.retried]  # fmt: skip
     facts = sum(len(set(c.upstream) | set(c.ours)) for c in compared)
-    keys_done = len({c.key for c in compared})
-    print(
-        f"recipes check: {keys_done} keys, {len(compared)} points, {facts} facts compared, "
+    summary = (
+        f"{len({c.key for c in compared})} keys, {len(compared)} points, {facts} facts compared, "
         f"{len(used)} declared rows used: every difference declared"
     )
-    return 2 if skipped or inputs.errors or not compared or any(" not compared: " in n for n in unlaunched) else 0
+    incomplete = bool(skipped or inputs.errors or not compared or any(" not compared: " in n for n in unlaunched))
+    return Verdict(failed + problems, notes, summary, incomplete)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    _upstream.cache_clear()
+    inputs = inferencex_inputs(args.inferencex, args.keys, args.jobs)
+    jobs = args.jobs or paths.jobs_dir()
+    keys = _keys(inputs, args.keys, need_recipe=True)
+    compared, skipped = check_keys(args.inferencex, inputs, keys)
+    found = verdict(args.inferencex, inputs, jobs, compared, skipped)
+    for line in found.notes:
+        print(f"slurmx: recipes check: {line}", file=sys.stderr)
+    for error in inputs.errors:  # a named key DIR's masters lack, or cannot expand
+        print(f"slurmx: error: {error}", file=sys.stderr)
+    for line in found.problems:
+        print(line)
+    if not found.problems:
+        print(f"recipes check: {found.summary}")
+    return found.exit_code()
 
 
 def launcher_notes(tree: Path, compared: list[PointCompare]) -> list[str]:
@@ -188,9 +214,7 @@ def launcher_notes(tree: Path, compared: list[PointCompare]) -> list[str]:
 def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoolExecutor) -> str:
     """Capture every point of `key`, derive its recipe, write it (unless unchanged); what happened, one line."""
     points = inputs.key_points(key)
-    captured: list[Captured] = list(
-        pool.map(lambda p: capture_point(p, upstream_for(tree, p, shm_of(inputs, p))), points)
-    )
+    captured: list[Captured] = list(pool.map(lambda p: capture_point(p, _upstream(tree, p, shm_of(inputs, p))), points))
     data = import_key(key, captured)
     gpu = points[0].runner.removeprefix("cluster:").split("-")[0]
     stem = recipe_stem(points[0], gpu)
@@ -206,13 +230,19 @@ def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoo
         raise ImportRefused(f"{clash.path} already serves this key's match: move it aside to import")
     text = render_recipe(header(tree, captured[0].upstream, key, today(), header_notes(path)), data)
     written = write_if_changed(path, text)
-    rows, reasons = generic_rows(tree, key, jobs)
+    rows, reasons, fresh, compared = generic_rows(tree, key, jobs)
     text = render_rows(key, rows, reviewed, reasons)
     rows_written = write_if_changed(table, text) if rows or reviewed else False
     what = (
         f"{len(rows)} generic declared rows in {table}{'' if rows_written else ' (unchanged)'}" if rows else "no rows"
     )
-    return f"{key}: {'wrote' if written else 'unchanged'} {path} ({len(points)} points); {what}"
+    # what `check` would say now, from the same captures: the rows a person still has to review, each named
+    found = verdict(tree, fresh, jobs, compared, [])
+    said = {0: "every difference declared", 1: f"{len(found.problems)} to review"}.get(
+        found.exit_code(), f"not every point compared ({'; '.join(found.notes)})"
+    )
+    head = f"{key}: {'wrote' if written else 'unchanged'} {path} ({len(points)} points); {what}; check: {said}"
+    return "\n".join([head, *(f"  {line}" for line in found.problems)])
 
 
 def shm_of(inputs: Inputs, point: Point) -> int | None:
@@ -221,11 +251,14 @@ def shm_of(inputs: Inputs, point: Point) -> int | None:
     return profile.node.shm_gib if profile is not None and profile.node is not None else None
 
 
-def generic_rows(tree: Path, key: str, jobs: Path) -> tuple[list[Difference], dict[Difference, str]]:
+def generic_rows(
+    tree: Path, key: str, jobs: Path
+) -> tuple[list[Difference], dict[Difference, str], Inputs, list[PointCompare]]:
     """The differences check finds with the new recipe that are layout only (kind cluster-layout: the model,
-    draft and downloads at the cluster profile's paths), one of slurmx's own constant choices (loopback host,
-    unbuffered output, the fixed hash seed) or the replay inheriting the engine env the script exported to its
-    whole shell (with its reason). Any other difference is left for review."""
+        draft and downloads at the cluster profile's paths), one of slurmx's own constant choices (loopback host,
+        unbuffered output, the fixed hash seed) or the replay inheriting the engine env the script exported to its
+        whole shell (with its reason). Any other difference is left for review. Also the inputs read with the new
+    recipe and the points compared with it."""
     inputs = inferencex_inputs(tree, [key], jobs)  # fresh: the recipe just written
     compared, _ = check_keys(tree, inputs, [key])
     own = [r for r in table_for(jobs, inputs, key) if r.where.startswith(str(jobs / DIFFERENCES_DIR))]
@@ -241,10 +274,11 @@ def generic_rows(tree: Path, key: str, jobs: Path) -> tuple[list[Difference], di
             elif inherited_by_replay(d, c.upstream):
                 reasons[d] = REPLAY_INHERITS_WHY
                 found.add(d)
-    return sorted(found, key=lambda d: (d.process, d.item, d.upstream or "", d.slurmx or "")), reasons
+    return sorted(found, key=lambda d: (d.process, d.item, d.upstream or "", d.slurmx or "")), reasons, inputs, compared
 
 
 def run_import(args: argparse.Namespace) -> int:
+    _upstream.cache_clear()
     inputs = inferencex_inputs(args.inferencex, args.keys, args.jobs)
     jobs = args.jobs or paths.jobs_dir()
     keys = _keys(inputs, args.keys, need_recipe=False)

@@ -230,10 +230,35 @@ def _settle(pgid: int, bound_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+# captures already run in this process, by what they ran (`fingerprint`): check and import of one command,
+# and import's own check of the recipe it wrote, read one run of each point's script, not three
+_CAPTURED: dict[str, Capture] = {}
+
+
+def fingerprint(point: Point, upstream: Upstream) -> str:
+    """What a capture's run depends on: the point, what the launcher hands the script, and the bytes of the
+    script, the files beside it and benchmark_lib.sh (an edited tree is a new run)."""
+    digest = hashlib.sha256(
+        repr((point, upstream.model_path, upstream.launcher_env, upstream.shm_gib, upstream.script.name)).encode()
+    )
+    for path in [*sorted(p for p in upstream.script.parent.iterdir() if p.is_file()), upstream.lib]:
+        digest.update(f"\0{path.name}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
 def capture(point: Point, upstream: Upstream, work: Path, timeout_s: float = 120) -> Capture:
     """Run the upstream script for `point` with stand-ins; every program it started, in order. A script that
     fails is run once more in a fresh directory: it is deterministic, so a second run that passes shows the
-    first failed on the stand-ins' timing (seen under load), not on upstream; the first failure is kept."""
+    first failed on the stand-ins' timing (seen under load), not on upstream; the first failure is kept.
+    A run this process has already made of the same inputs is returned again (its paths are its own work dir's,
+    gone by then: facts are read from strings, never from its files)."""
+    key = fingerprint(point, upstream)
+    if key not in _CAPTURED:
+        _CAPTURED[key] = _capture_fresh(point, upstream, work, timeout_s)
+    return _CAPTURED[key]
+
+
+def _capture_fresh(point: Point, upstream: Upstream, work: Path, timeout_s: float) -> Capture:
     first = _capture_once(point, upstream, work / "run1", timeout_s)
     if first.returncode == 0:
         return first
