@@ -4,6 +4,7 @@ unchanged tree rewrites nothing (bytes and mtime). Then `check` over every impor
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import shutil
@@ -13,6 +14,8 @@ import pytest
 import yaml
 
 from slurmx import paths
+from slurmx.upstream.importer import DATE_LINE
+from slurmx.upstream.importer import without_date as undated
 from tests.conftest import FIXTURES
 from tests.test_cli_as_users_run_it import slurmx
 
@@ -280,4 +283,6 @@ def test_the_dsv4_seed_recipe_is_what_import_writes_and_keeps_its_notes(
     recipe.write_text(before.decode().replace("--prefill-schedule-interval: 8", "--prefill-schedule-interval: 16"))
     proc = slurmx(["recipes", "import", "--inferencex", str(tree), key, "--jobs", str(jobs)], cwd=tmp_path)
     assert proc.stdout.startswith(f"{key}: wrote {recipe}"), proc.stdout
-    assert recipe.read_bytes() == before  # the script's value back, the notes where they were
+    after = recipe.read_text()  # the script's value back, the notes where they were; the date line is today's
+    assert undated(after) == undated(before.decode())
+    assert f"{DATE_LINE}{datetime.date.today().isoformat()}" in after.splitlines()

@@ -556,13 +556,14 @@ def render_recipe(head: str, data: dict[str, Any]) -> str:
     return head + "\n" + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
 
 
-def _without_date(text: str) -> str:
+def without_date(text: str) -> str:
+    """The text less its date line: what two imports of one unchanged tree agree on."""
     return "\n".join(line for line in text.splitlines() if not line.startswith(DATE_LINE))
 
 
 def write_if_changed(path: Path, text: str) -> bool:
     """Write atomically unless only the date line would change (an unchanged tree rewrites nothing)."""
-    if path.is_file() and _without_date(path.read_text()) == _without_date(text):
+    if path.is_file() and without_date(path.read_text()) == without_date(text):
         return False
     write_text(path, text)
     return True
