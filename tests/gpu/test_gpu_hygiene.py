@@ -122,7 +122,7 @@ def test_the_default_pattern_matches_lmcaches_pool_segment(tmp_path: Path) -> No
     assert [p.name for p in gpu_hygiene.find_shm_leftovers(tmp_path)] == ["lmcache_l1_pool_3f2a"]
 
 
-def test_a_node_without_gpus_skips_the_gpu_checks_and_passes(tmp_path: Path) -> None:
+def test_a_node_without_gpus_skips_the_gpu_checks_and_passes(tmp_path: Path, no_nvml: None) -> None:
     findings = gpu_hygiene.node_hygiene({"CUDA_VISIBLE_DEVICES": "0"}, remove_shm=False, shm_dir=tmp_path)
     assert findings.problems == []
     assert findings.notes and findings.notes[0].startswith("GPU checks skipped: NVML not usable")

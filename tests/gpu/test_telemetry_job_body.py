@@ -21,6 +21,7 @@ from slurmx.results import energy
 from slurmx.results.aggregate import RunMeta, build_result, load_records
 from slurmx.results.schema import POWER_FIELDS, Result
 from slurmx.store.tree import SweepDir
+from tests.gpu.conftest import NO_NVML
 from tests.helpers.inferencex_power import aggregate_power
 from tests.helpers.points import point_from_row
 
@@ -126,7 +127,7 @@ def test_a_window_the_samples_do_not_cover_is_invalid_with_inferencexs_reason(tm
     assert dumped["slurmx"]["energy"]["reasons"] == ["benchmark_window_not_bracketed"]
 
 
-def test_no_gpu_node_records_why_and_writes_no_power_fields(tmp_path: Path) -> None:
+def test_no_gpu_node_records_why_and_writes_no_power_fields(tmp_path: Path, no_nvml: None) -> None:
     tdir = tmp_path / "telemetry"
     env = {"PATH": str(tmp_path / "empty-bin"), "CUDA_VISIBLE_DEVICES": "0"}
     assert telemetry.run(tdir, 0.1, env) == 0
@@ -152,7 +153,7 @@ def test_sampler_runs_supervised_and_stops_with_the_job(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
-        "PYTHONPATH": str(ROOT / "src"),
+        "PYTHONPATH": f"{NO_NVML}:{ROOT / 'src'}",  # the sampler falls back to nvidia-smi: NVML hidden
         "CUDA_VISIBLE_DEVICES": "0",
     }
     started = time.time()
@@ -169,7 +170,7 @@ def test_sampler_runs_supervised_and_stops_with_the_job(tmp_path: Path) -> None:
     assert (tmp_path / "point" / "commands" / "telemetry.txt").is_file()
 
 
-def test_await_sample_after_returns_at_once_without_gpus(tmp_path: Path) -> None:
+def test_await_sample_after_returns_at_once_without_gpus(tmp_path: Path, no_nvml: None) -> None:
     telemetry.run(tmp_path, 0.1, {"PATH": str(tmp_path / "none")})
     began = time.monotonic()
     assert telemetry.await_sample_after(tmp_path, time.time(), timeout_s=5) is False

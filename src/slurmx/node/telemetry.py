@@ -206,11 +206,12 @@ def open_source(env: dict[str, str]) -> tuple[NvmlSource | SmiSource | None, lis
             return source, reasons
         reasons.append(f"nvml: none of CUDA_VISIBLE_DEVICES={env.get(node_gpus.VISIBLE_ENV)} found")
         source.close()
-    if shutil.which("nvidia-smi") is None:
+    smi = shutil.which("nvidia-smi", path=env.get("PATH", os.defpath))  # the job's PATH, not this process's
+    if smi is None:
         reasons.append("nvidia-smi: not on PATH")
         return None, reasons
     try:
-        source = SmiSource(wanted)
+        source = SmiSource(wanted, smi)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         reasons.append(f"nvidia-smi: {type(exc).__name__}: {exc}".splitlines()[0])
         return None, reasons
