@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from slurmx.config.master import WorkerSpec
@@ -124,11 +125,23 @@ class Engine(Protocol):
     # the flag InferenceX's scripts pass the model path by (None: a positional after the launcher), as an imported
     # recipe's model-flag
     model_flag: str | None
+    # where a recipe's draft-model path sits: (flag, key of its JSON value); None: the engine drafts with no
+    # second model
+    draft_at: tuple[str, str] | None
 
     def parallel_flags(self, point: Point) -> list[str]: ...
 
     def ready_timeout_s(self, env: Mapping[str, str]) -> int:
         """How long the engine itself waits for its workers to start under `env` (0: no limit of its own)."""
+        ...
+
+    def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
+        """The flags with each value the engine reads from a file replaced by that file's path in `run_dir`, and
+        the files the node writes there (path -> text)."""
+        ...
+
+    def inline_files(self, flags: Flags, files: Mapping[str, str]) -> Flags:
+        """A captured engine's flags with the files its flags name (flag -> text) as the recipe holds them."""
         ...
 
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:

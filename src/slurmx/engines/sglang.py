@@ -9,6 +9,7 @@ HiCache, is a backend (backends/hicache.py) whose settings become SGLang's --ena
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -83,6 +84,7 @@ class SGLang:
     loads_connectors = False  # HiCache is its own tier; it plugs in no vLLM-style connector class
     revision_flag = "--revision"
     model_flag: str | None = "--model-path"
+    draft_at: tuple[str, str] | None = None  # its MTP drafts with the target model
     # mtp: the recipe's own --speculative-algorithm NEXTN/EAGLE flags (the target model's own MTP heads)
     spec_methods = frozenset({"none", "mtp"})
 
@@ -102,6 +104,12 @@ class SGLang:
         flags: list[str],
     ) -> list[str]:  # fmt: skip
         return server_argv(head, model, model_flag, served_model_name, port, flags)
+
+    def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
+        return flags, {}  # every setting is a flag
+
+    def inline_files(self, flags: Flags, files: Mapping[str, str]) -> Flags:
+        return flags
 
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         """HiCache's settings as SGLang's flags: the tier on, then each setting as `--NAME VALUE`."""

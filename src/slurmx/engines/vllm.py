@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -84,6 +85,7 @@ class VLLM:
     loads_connectors = True
     revision_flag = "--revision"
     model_flag: str | None = None  # `vllm serve MODEL`
+    draft_at: tuple[str, str] | None = ("--speculative-config", "model")
     # mtp: the recipe's own --speculative-config; draft_model needs a second model no recipe names yet.
     spec_methods = frozenset({"none", "mtp"})
 
@@ -110,6 +112,12 @@ class VLLM:
         flags: list[str],
     ) -> list[str]:  # fmt: skip
         return server_argv(head, model, model_flag, served_model_name, port, flags)
+
+    def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
+        return flags, {}  # every setting is a flag
+
+    def inline_files(self, flags: Flags, files: Mapping[str, str]) -> Flags:
+        return flags
 
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         return [TRANSFER_FLAG, json.dumps(transfer_config(offload), separators=(",", ":"))], {}

@@ -102,6 +102,7 @@ def _launch_plan(
         flags = [f.replace(DRAFT_PATH, runtime.model_path(spec.draft_model)) for f in flags]
     if spec.model_revision is not None:  # the snapshot provisioning fetched and checked, not the hub's newest
         flags = [*flags, engine.revision_flag, spec.model_revision]
+    flags, own_files = engine.files(flags, run_dir)  # settings the engine reads from a file of its own
     argv = engine.argv(
         runtime.head(spec.launcher), runtime.model_path(spec.model), spec.model_flag, spec.served_model_name,
         engine_port(spec, ports), flags,
@@ -120,7 +121,7 @@ def _launch_plan(
     health = loopback(engine_port(spec, ports), spec.health_path) if part is None or part.index == 0 else None
     plan.servers.append(Process(
         ENGINE, runtime.wrap(argv, ENGINE), engine_env, health, spec.startup_timeout_s,
-        files={str(f.path): f.text for f in files},
+        files={**own_files, **{str(f.path): f.text for f in files}},
     ))  # fmt: skip
     if spec.router is not None and (part is None or part.index == 0):
         router = spec.router

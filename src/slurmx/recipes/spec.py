@@ -14,7 +14,9 @@ from slurmx.engines import Engine
 from slurmx.recipes.model import Provision, Replay
 
 DRAFT_PATH = "{draft_model_path}"  # replaced by the draft's local path where the runtime is known
-MODEL_PATH = "{model_path}"  # a flag naming the served model's own path again (--tokenizer-path): replaced so too
+# a flag naming the served model's own path (--tokenizer-path) or a file in it (trtllm-serve's --chat_template
+# {model_path}/chat_template.jinja): replaced by the runtime's model path on the node
+MODEL_PATH = "{model_path}"
 
 
 @dataclass(frozen=True)

@@ -46,11 +46,13 @@ SERVER_STANDINS = tuple(p for p in SERVERS if " " not in p)
 SERVER_COMMANDS = tuple(p for p in SERVERS if " " in p)
 # the backends' own servers: a script may start one several times (one LMCache server per TP rank)
 BACKEND_SERVERS = frozenset({"lmcache", "mooncake_master"})
-STANDINS = (
-    *SERVER_STANDINS, "aiperf", "python3", "python", "hf", "uv", "git", "nvidia-smi", "rocm-smi", "amd-smi", "curl", "nm", "ldd", "apt-get",
+STANDINS = tuple(dict.fromkeys((
+    *SERVER_STANDINS,
+    *(p.split()[0] for p in SERVER_COMMANDS),  # `mpirun` of "mpirun ... trtllm-serve" too
+    "aiperf", "python3", "python", "hf", "uv", "git", "nvidia-smi", "rocm-smi", "amd-smi", "curl", "nm", "ldd", "apt-get",
     "df",  # /dev/shm as the point's cluster node has it (Upstream.shm_gib); any other path this machine's
     "bash",  # recorded, then the real bash: which of the tree's own scripts the script runs
-)  # fmt: skip
+)))  # fmt: skip
 SCRIPT_PROGRAMS = ("bash", "python3", "python")  # what a script runs a file of the tree with
 # a sibling script's scratch dir that defaults to a fixed path of this machine (apply_k3_container_patches.sh's
 # WS=/tmp/k3_embed): under capture, in the run's own tmp

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from slurmx.node import provision
 from slurmx.node.provision import script_value
 from slurmx.process import Process
@@ -104,15 +106,24 @@ def env_facts(process: str, env: Mapping[str, str], paths: Mapping[str, str]) ->
     return {(process, f"env {k}"): _paths(v, paths) for k, v in env.items()}
 
 
+def _parsed(text: str) -> Any:
+    """A config file's content: JSON, else YAML (trtllm-serve's --config), else its text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
 def file_facts(process: str, files: Mapping[str, str], paths: Mapping[str, str]) -> Facts:
-    """The files a process's env names (env name -> text): a JSON file leaf by leaf (`file NAME/key`), any other
-    as its whole text (`file NAME`)."""
+    """The files a process's env or flags name (env name or flag -> text): a JSON or YAML mapping leaf by leaf
+    (`file NAME/key`), any other as its whole text (`file NAME`)."""
     facts: Facts = {}
     for name, text in files.items():
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
+        value = _parsed(text)
         leaves = _leaves(f"file {name}", value) if isinstance(value, dict) else {f"file {name}": text}
         facts.update({(process, k): _paths(v, paths) for k, v in leaves.items()})
     return facts
@@ -207,6 +218,7 @@ def slurmx_facts(
         facts.update(argv_facts(process.name, argv[1:], paths))
         facts.update(env_facts(process.name, {**job_env, **process.env}, paths))
         named = {k: process.files[v] for k, v in process.env.items() if v in process.files}  # as upstream's
+        named |= {flag: process.files[v] for flag, v in zip(argv, argv[1:]) if flag.startswith("--") and v in process.files}
         facts.update(file_facts(process.name, named, paths))
     facts.update(provision)
     return facts

@@ -32,7 +32,6 @@ from slurmx.upstream.capture import PORT, Capture, Started, Upstream, capture, p
 from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV, Declared
 from slurmx.upstream.derive import (
     MAX_NUM_SEQS,
-    SPECULATIVE,
     Derived,
     Observed,
     derive,
@@ -65,9 +64,14 @@ def _engine(c: Captured) -> Started | None:
     return next((s for s in c.capture.started if programs.get(program_of(s, programs)) == "engine"), None)
 
 
-def _engine_started(c: Captured) -> tuple[str, list[str], dict[str, str]] | None:
+def _engine_started(c: Captured) -> tuple[list[str], list[str], dict[str, str]] | None:
+    """The engine's command (the words its upstream program names: `mpirun -n 1 ... trtllm-serve` is one), the
+    argv after them, and its env."""
     s = _engine(c)
-    return (s.name, s.argv, s.env_delta(c.capture.base_env)) if s is not None else None
+    if s is None:
+        return None
+    words = program_of(s, engines.get(c.point.framework).upstream_programs).split()
+    return words, s.argv[len(words) - 1 :], s.env_delta(c.capture.base_env)
 
 
 def _connector(c: Captured, flags: Flags) -> dict[str, Any] | None:
@@ -163,22 +167,25 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
             raise ImportRefused(f"{c.point.exp_name}: the script started no engine (exited {c.capture.returncode})")
         _, argv, env = found
         _, flags = parse_flags(argv)
+        started = _engine(c)
+        flags = engine.inline_files(flags, started.files if started is not None else {})  # its config file's keys
         if (connector := _connector(c, flags)) is not None:
             connectors.setdefault(arm_of(c.point), []).append(connector)
         # --max-num-seqs stays: derive recognises k x conc (max-num-seqs-per-conc) or keeps the fixed value
         flags = {n: _model_named(v, c) for n, v in flags.items() if n not in engine.computed_flags - {MAX_NUM_SEQS}}
-        speculative = flags.get(SPECULATIVE)
-        if isinstance(speculative, dict) and isinstance(speculative.get("model"), str):
-            path = str(speculative["model"])
+        at, key = engine.draft_at or ("", "")
+        speculative = flags.get(at)
+        if isinstance(speculative, dict) and isinstance(speculative.get(key), str):
+            path = str(speculative[key])
             downloads = provision_facts(c.capture.started, {})
             repo = next((item.split(" ", 2)[2] for item, v in ((k[1], v) for k, v in downloads.items())
                          if item.startswith("download model ") and v == path), None)  # fmt: skip
             if repo is None and not path.startswith("/") and "/" in path:
                 repo = path  # a hub id the engine downloads itself; slurmx stages it with the model
             if repo is None:
-                raise ImportRefused(f"{c.point.exp_name}: {SPECULATIVE} model {path} is no model the script downloads")
+                raise ImportRefused(f"{c.point.exp_name}: {at} {key} {path} is no model the script downloads")
             draft[repo] = path
-            flags[SPECULATIVE] = {k: v for k, v in speculative.items() if k != "model"}
+            flags[at] = {k: v for k, v in speculative.items() if k != key}
         own = backends.get(arm_of(c.point)).own_env  # the backend names its own files (its config's path)
         observed.append(
             Observed(c.point.exp_name, arm_of(c.point), c.point.tp, c.point.ep, c.point.dp_attn, c.point.conc,
@@ -189,10 +196,15 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
 
 
 def _model_named(value: FlagValue, c: Captured) -> FlagValue:
-    """A flag whose value is the staged model's path (a script's `--tokenizer-path "$MODEL"`) as the recipe's
-    placeholder for it: the path is the capture's own, so it differs between points."""
+    """A flag whose value is the staged model's path (a script's `--tokenizer-path "$MODEL"`) or a file in it
+    (trtllm-serve's `--chat_template "$MODEL_PATH/chat_template.jinja"`) as the recipe's placeholder for it: the path
+    is the capture's own, so it differs between points."""
     staged = c.upstream.model_path.replace("{work}", c.work)
-    return MODEL_PATH if staged.startswith("/") and value in (staged, f"{staged}/") else value
+    if not staged.startswith("/") or not isinstance(value, str):
+        return value
+    if value in (staged, f"{staged}/"):
+        return MODEL_PATH
+    return f"{MODEL_PATH}/{value.removeprefix(staged + '/')}" if value.startswith(f"{staged}/") else value
 
 
 def _placeholders(value: str, c: Captured) -> str:
@@ -233,8 +245,10 @@ def probed(arm: str, captured: Sequence[Captured]) -> list[Captured]:
 
 
 def _engine_flags(c: Captured) -> Flags:
-    found = _engine_started(c)
-    return parse_flags(found[1])[1] if found is not None else {}
+    found, started = _engine_started(c), _engine(c)
+    if found is None or started is None:
+        return {}
+    return engines.get(c.point.framework).inline_files(parse_flags(found[1])[1], started.files)
 
 
 def arm_knobs(arm: str, configs: list[Flags], points: list[Point], captured: Sequence[Captured] = ()) -> dict[str, Any]:
@@ -293,12 +307,12 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
     engine: dict[str, Any] = {}
     found = _engine_started(captured[0])
     assert found is not None  # observe() refused the key otherwise
-    program, argv, _ = found
+    command, argv, _ = found
     positional, _ = parse_flags(argv)
     block = derived.flags.get("--block-size")
     model_flag = engines.get(point.framework).model_flag
     # the model path is the model flag's value, else the last positional
-    engine["launcher"] = [program, *(positional if model_flag else positional[:-1])]
+    engine["launcher"] = [*command, *(positional if model_flag else positional[:-1])]
     if model_flag:
         engine["model-flag"] = model_flag
     engine["block-size"] = block if isinstance(block, int) else 16  # the engine's default block when none is passed

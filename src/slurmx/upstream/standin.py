@@ -47,7 +47,7 @@ def write_checkpoint(directory: str) -> None:
 def _record(name: str, argv: list[str], server: bool) -> None:
     row: dict[str, object] = {"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
     if server:
-        row["files"] = _files_named()
+        row["files"] = _files_named(argv)
         row["start"] = _started()
     line = repr(row) + "\n"
     fd = os.open(os.environ["STANDIN_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -65,14 +65,16 @@ def _started() -> tuple[int, int]:
     return int(fields[19]), os.getpid()
 
 
-def _files_named() -> dict[str, str]:
-    """The files a server's env names inside the capture's work dir (a config the script wrote for it), as the
-    server would read them at start: env name -> text."""
+def _files_named(argv: list[str]) -> dict[str, str]:
+    """The files a server's env or flags name inside the capture's work dir (a config the script wrote for it), as
+    the server would read them at start: env name or flag -> text (a flag's path relative to the cwd too:
+    trtllm-serve's `--config ser.yaml`)."""
     work = os.path.dirname(os.environ["STANDIN_BIN"]) + os.sep
+    named = [(n, v) for n, v in os.environ.items() if n != "_" and not n.startswith("STANDIN_")]  # not the harness's
+    named += [(flag, os.path.abspath(value)) for flag, value in zip(argv, argv[1:]) if flag.startswith("--")]
     files = {}
-    for name, value in os.environ.items():
-        harness = name == "_" or name.startswith("STANDIN_")  # the wrapper itself, the harness's own log
-        if not harness and value.startswith(work) and os.path.isfile(value):
+    for name, value in named:
+        if value.startswith(work) and os.path.isfile(value):
             with open(value, errors="replace") as text:
                 files[name] = text.read(1 << 16)
     return files
