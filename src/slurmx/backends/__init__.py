@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, SerializeAsAny
 
-from slurmx.backends import hicache, lmcache, mooncake, none, vllm_simple
+from slurmx.backends import hicache, lmcache, mooncake, native, none, vllm_simple
 from slurmx.backends.base import Arm, ArmProblem, Backend, BackendSpec
 from slurmx.errors import UserError
 
@@ -22,7 +22,7 @@ def register(backend: Backend[Any]) -> Backend[Any]:
     return backend
 
 
-for _module in (none, vllm_simple, lmcache, mooncake, hicache):
+for _module in (none, vllm_simple, lmcache, mooncake, hicache, native):
     register(_module.BACKEND)
 
 

@@ -14,6 +14,7 @@ from slurmx.engines.base import (
     RecipeSizing,
 )
 from slurmx.engines.sglang import ENGINE as SGLANG_ENGINE
+from slurmx.engines.trtllm import ENGINE as TRTLLM_ENGINE
 from slurmx.engines.vllm import DYNAMO_WORKERS
 from slurmx.engines.vllm import ENGINE as VLLM_ENGINE
 from slurmx.errors import UserError
@@ -29,6 +30,7 @@ def register(engine: Engine) -> Engine:
 register(VLLM_ENGINE)
 register(SGLANG_ENGINE)
 register(ATOM_ENGINE)
+register(TRTLLM_ENGINE)
 # what a serving spec written before it named its engine ran, and what tests read without naming one
 DEFAULT = VLLM_ENGINE.name
 

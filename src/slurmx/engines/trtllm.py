@@ -1,0 +1,196 @@
+"""TensorRT-LLM's server (`trtllm-serve`, started by `mpirun -n 1`): every TRT-LLM flag, file, metric and rule slurmx
+knows.
+
+The argv is InferenceX's single-node agentic TRT-LLM scripts' (benchmarks/single_node/agentic/*_trt_mtp.sh):
+`mpirun -n 1 --oversubscribe --allow-run-as-root trtllm-serve MODEL --tp_size TP --host --port --chat_template ...
+--config ser.yaml`. Most of the engine's settings are not flags but the keys of that extra-options YAML file
+(TRT-LLM's LLM API options), which the script writes per point from a heredoc. A recipe names each top-level
+key of the file as a flag without dashes (`max_batch_size`, `kv_cache_config`, ...), so per-conc and per-TP rules
+set them as they set flags; the engine gathers them into `--config`, and the node writes that mapping as the YAML
+file into the point's run directory (`files`). Its host-memory KV tier is its own ("native" in InferenceX's master
+config): `kv_cache_config.host_cache_size` bytes of that file (backends/native.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from slurmx.engines.base import (
+    EngineMetrics,
+    KvOffload,
+    KvPoolLog,
+    NodePart,
+    RecipeProblem,
+    RecipeSizing,
+)
+from slurmx.flags import Flags
+from slurmx.plan import Point
+
+CONFIG_FLAG = "--config"  # trtllm-serve's extra LLM API options file (YAML); older releases: --extra_llm_api_options
+CONFIG_NAME = "trtllm_config.yaml"  # under the point's run directory
+KV_CACHE = "kv_cache_config"
+HOST_CACHE = "host_cache_size"  # bytes of host memory the KV cache manager keeps as its secondary pool
+SPECULATIVE = "speculative_config"
+DRAFT_KEY = "speculative_model"  # the draft's path inside speculative_config
+# the server programs InferenceX's scripts start: trtllm-serve under a one-rank mpirun (MPI spawns its TP workers)
+LAUNCHER = "mpirun -n 1 --oversubscribe --allow-run-as-root trtllm-serve"
+# Counter names without `_total`. trtllm-serve's Prometheus text (tensorrt_llm/metrics/collector.py, MetricsCollector,
+# `trtllm_` prefix) is served on /prometheus/metrics; its /metrics is JSON iteration stats, no Prometheus text.
+# TRT-LLM counts reuse in KV blocks, not tokens (kv_cache_reused_blocks / kv_cache_missed_blocks); it has no
+# per-source token counters and no per-rank label.
+METRICS = EngineMetrics(
+    prefix="trtllm_",
+    required_prefix=None,  # InferenceX's TRT-LLM scripts set no AIPERF_REQUIRED_SERVER_METRIC_PREFIX
+    prefix_queries="trtllm_prompt_tokens",  # every prompt token is looked up
+    prefix_hits="trtllm_prompt_cache_hit_tokens",
+    external_queries="trtllm_prompt_tokens",
+    external_hits="trtllm_prompt_cached_tokens",
+    prompt_tokens="trtllm_prompt_tokens",
+    generation_tokens="trtllm_generation_tokens",
+    requests_done="trtllm_request_success",
+    rank_label="",  # one API server over all TP ranks: no rank label
+    cached_by_source="trtllm_prompt_cached_tokens",  # by cache_tier where the release labels it
+    prompt_by_source="",  # no prompt tokens by origin
+    gpu_usage=("trtllm_kv_cache_utilization",),
+    cpu_usage="trtllm_kv_cache_host_utilization",
+    offload={
+        "bytes_gpu_to_cpu": "trtllm_kv_cache_offload_bytes",
+        "bytes_cpu_to_gpu": "trtllm_kv_cache_onboard_bytes",
+    },
+)
+# "[TensorRT-LLM][INFO] [MemUsageChange] Allocated N GiB for max tokens in paged KV cache (T)." (the C++ KV cache
+# manager's line at start, one per rank; from its source's wording, not checked against a log: no TRT-LLM runs here)
+KV_POOL_LOG = KvPoolLog(
+    marker="max tokens in paged KV cache",
+    size=r"max tokens in paged KV cache \((?P<tokens>[\d,]+)\)",
+    rank=r"\[(?P<tag>RANK \d+)\]",
+    default_rank="RANK 0",
+)
+
+
+def config_keys(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe's flags that are keys of the extra-options file (no dashes), as the file holds them."""
+    return {name: value for name, value in flags.items() if not name.startswith("-")}
+
+
+class TrtLlm:
+    name = "trt"  # the master config's framework for these keys
+    # as trtllm-serve spells them and as recipes' rules read them (dashes for underscores)
+    computed_flags = frozenset({
+        "--tp_size", "--tp-size", "--pp_size", "--pp-size", "--ep_size", "--ep-size", "--host", "--port", CONFIG_FLAG,
+        "--extra_llm_api_options", "--extra-llm-api-options",
+    })  # fmt: skip
+    metrics_path = "/prometheus/metrics"
+    health_path = "/health"  # benchmark_lib.sh's wait_for_server_ready polls it
+    distributions: tuple[str, ...] = ("tensorrt_llm", "tensorrt", "torch", "flashinfer-python")
+    metrics = METRICS
+    kv_pool_log = KV_POOL_LOG
+    hash_env: frozenset[str] = frozenset()  # block reuse keys on token ids
+    tool_call_flags: tuple[str, ...] = ()  # InferenceX's TRT-LLM scripts pass no tool parser
+    upstream_programs: Mapping[str, str] = MappingProxyType({LAUNCHER: "engine"})
+    cache_env: tuple[str, ...] = ()
+    env_prefixes: tuple[str, ...] = ("TLLM_", "TRTLLM_")
+    image_packages: tuple[str, ...] = ("tensorrt_llm",)
+    loads_connectors = False  # its host tier is its own (kv_cache_config.host_cache_size)
+    revision_flag = "--revision"
+    model_flag: str | None = None  # trtllm-serve takes the model positionally
+    draft_at: tuple[str, str] | None = (SPECULATIVE, DRAFT_KEY)
+    # mtp: the file's speculative_config (EAGLE3 with the recipe's draft-model)
+    spec_methods = frozenset({"none", "mtp"})
+
+    def parallel_flags(self, point: Point) -> list[str]:
+        return ["--tp_size", str(point.tp)]
+
+    def ready_timeout_s(self, env: Mapping[str, str]) -> int:
+        return 0  # no start-up limit of its own
+
+    def argv(
+        self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
+        flags: list[str],
+    ) -> list[str]:  # fmt: skip
+        # no --served-model-name: the scripts serve under the model path, which the replay names
+        return [*head, model, "--host", "127.0.0.1", "--port", str(port), *flags]
+
+    def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
+        """`--config MAPPING` (what sized_flags gathered) as the YAML file it names in `run_dir`."""
+        if CONFIG_FLAG not in flags:
+            return flags, {}
+        i = flags.index(CONFIG_FLAG) + 1
+        path = run_dir / CONFIG_NAME
+        text = yaml.safe_dump(json.loads(flags[i]), sort_keys=False, default_flow_style=None)
+        return [*flags[:i], str(path), *flags[i + 1 :]], {str(path): text}
+
+    def inline_files(self, flags: Flags, files: Mapping[str, str]) -> Flags:
+        """The captured file `--config` names, as the recipe's dashless flags (its top-level keys)."""
+        if CONFIG_FLAG not in files:
+            return flags
+        content = yaml.safe_load(files[CONFIG_FLAG])
+        if not isinstance(content, dict):
+            raise ValueError(f"{CONFIG_FLAG} names no YAML mapping")
+        return {**{n: v for n, v in flags.items() if n != CONFIG_FLAG}, **content}
+
+    def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
+        return [], {}  # the host tier is a key of the file, set by the recipe's rules
+
+    def offload_in(self, flags: Flags) -> dict[str, Any] | None:
+        kv = flags.get(KV_CACHE)
+        if isinstance(kv, dict) and HOST_CACHE in kv:
+            return {"kv_connector": "native", HOST_CACHE: kv[HOST_CACHE]}
+        return None
+
+    def connector_of(self, argv: list[str]) -> str | None:
+        return None  # the argv names only the file; the host tier is read from it (offload_in)
+
+    def computed_for(self, sizing: RecipeSizing) -> frozenset[str]:
+        return self.computed_flags
+
+    def recipe_problems(self, flags: Flags, sizing: RecipeSizing) -> list[RecipeProblem]:
+        problems = []
+        if sizing.max_num_seqs_per_conc or sizing.capture_tokens_per_seq or sizing.capture_size_is_max_num_seqs:
+            problems.append(RecipeProblem(
+                ("engine",), "TRT-LLM's batch and graph sizes are keys of its file (max_batch_size, "
+                "cuda_graph_config): set them per conc"
+            ))  # fmt: skip
+        return problems
+
+    def sized_flags(self, flags: Flags, sizing: RecipeSizing, conc: int, draft_path: str) -> tuple[Flags, list[str]]:
+        """The dashless flags gathered into `--config` (the file's content), the draft's path in its
+        speculative_config."""
+        config = config_keys(flags)
+        speculative = config.get(SPECULATIVE)
+        if sizing.draft_model is not None and isinstance(speculative, dict):
+            config[SPECULATIVE] = {**speculative, DRAFT_KEY: draft_path}
+        out: Flags = {n: v for n, v in flags.items() if n.startswith("-")}
+        if config:
+            out[CONFIG_FLAG] = config
+        return out, []
+
+    def rank_span_problem(self, rank_gpus: int, gpus_per_node: int) -> str | None:
+        return "slurmx runs TRT-LLM on one node only"
+
+    def binds_numa(self, flags: list[str]) -> str | None:
+        return None
+
+    def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
+        raise NotImplementedError("slurmx runs TRT-LLM on one node only")
+
+    def node_env(self, part: NodePart) -> dict[str, str]:
+        return {}
+
+    def cache_reset_path(self) -> str | None:
+        return None  # trtllm-serve has no cache-reset endpoint: each point starts its own server
+
+    def cache_reset_hint(self) -> str:
+        return "trtllm-serve cannot empty its KV cache over HTTP: points must not share a server"
+
+    def version_of(self, versions: dict[str, str]) -> str | None:
+        return versions.get("tensorrt_llm")
+
+
+ENGINE = TrtLlm()
