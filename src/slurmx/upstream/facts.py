@@ -218,7 +218,9 @@ def slurmx_facts(
         facts.update(argv_facts(process.name, argv[1:], paths))
         facts.update(env_facts(process.name, {**job_env, **process.env}, paths))
         named = {k: process.files[v] for k, v in process.env.items() if v in process.files}  # as upstream's
-        named |= {flag: process.files[v] for flag, v in zip(argv, argv[1:]) if flag.startswith("--") and v in process.files}
+        named |= {
+            flag: process.files[v] for flag, v in zip(argv, argv[1:]) if flag.startswith("--") and v in process.files
+        }
         facts.update(file_facts(process.name, named, paths))
     facts.update(provision)
     return facts
