@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -61,6 +62,9 @@ KV_POOL_LOG = KvPoolLog(marker="\0", size=r"(?P<tokens>\d+)\0", rank=r"(?P<tag>\
 # the parallel flags slurmx sets from the point (a recipe sets none of them)
 PARALLEL_FLAGS = ("--tensor-parallel-size", "--enable-dp-attention", "--enable-expert-parallel")
 
+# unverified: slurmx reads no ATOM block size off its flags; 16 is what slurmx has always recorded for it
+DEFAULT_BLOCK_SIZE = 16
+
 
 class Atom:
     name = "atom"
@@ -89,6 +93,8 @@ class Atom:
     # pins one; a recipe's model-revision on ATOM is untried
     revision_flag = "--revision"
     model_flag: str | None = "--model"
+    # no JSON value holds a draft's path (dspark's --draft-model is a plain flag no imported script passes)
+    draft_at: tuple[str, str] | None = None
     # mtp: the recipe's own --method mtp|dspark and --num-speculative-tokens (dspark's --draft-model too)
     spec_methods = frozenset({"none", "mtp"})
 
@@ -111,6 +117,16 @@ class Atom:
     ) -> list[str]:  # fmt: skip
         argv = [*head, model_flag or "--model", model, "--served-model-name", served_model_name]
         return [*argv, "--host", "127.0.0.1", "--server-port", str(port), *flags]
+
+    def block_size(self, flags: Flags) -> int:
+        block = flags.get("--block-size")
+        return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
+
+    def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
+        return flags, {}  # every setting is a flag
+
+    def inline_files(self, flags: Flags, files: Mapping[str, str]) -> Flags:
+        return flags
 
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         """The in-process tier's connector as ATOM's --kv-transfer-config, its settings as the env it reads."""

@@ -135,6 +135,11 @@ class Engine(Protocol):
         """How long the engine itself waits for its workers to start under `env` (0: no limit of its own)."""
         ...
 
+    def block_size(self, flags: Flags) -> int:
+        """The KV block size in tokens that an engine run with `flags` uses (its own default where they set none):
+        a recipe's engine block-size, which the backends' chunk checks read."""
+        ...
+
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
         """The flags with each value the engine reads from a file replaced by that file's path in `run_dir`, and
         the files the node writes there (path -> text)."""

@@ -63,6 +63,9 @@ KV_POOL_LOG = KvPoolLog(
     default_rank="DP0",
 )
 
+# unverified: SGLang pages its KV by --page-size, not --block-size; 16 is what slurmx has always recorded for it
+DEFAULT_BLOCK_SIZE = 16
+
 
 class SGLang:
     name = "sglang"
@@ -104,6 +107,10 @@ class SGLang:
         flags: list[str],
     ) -> list[str]:  # fmt: skip
         return server_argv(head, model, model_flag, served_model_name, port, flags)
+
+    def block_size(self, flags: Flags) -> int:
+        block = flags.get("--block-size")
+        return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
 
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
         return flags, {}  # every setting is a flag

@@ -36,12 +36,18 @@ CONFIG_FLAG = "--config"  # trtllm-serve's extra LLM API options file (YAML); ol
 CONFIG_NAME = "trtllm_config.yaml"  # under the point's run directory
 KV_CACHE = "kv_cache_config"
 HOST_CACHE = "host_cache_size"  # bytes of host memory the KV cache manager keeps as its secondary pool
+TOKENS_PER_BLOCK = "tokens_per_block"  # kv_cache_config's KV block size in tokens
+# KvCacheConfig.tokens_per_block's default (tensorrt_llm/llmapi/llm_args.py; the LLM API reference of 1.3.0rc27
+# and latest): the block when the file sets none. InferenceX's scripts set 128.
+DEFAULT_TOKENS_PER_BLOCK = 32
 SPECULATIVE = "speculative_config"
 DRAFT_KEY = "speculative_model"  # the draft's path inside speculative_config
 # the server programs InferenceX's scripts start: trtllm-serve under a one-rank mpirun (MPI spawns its TP workers)
 LAUNCHER = "mpirun -n 1 --oversubscribe --allow-run-as-root trtllm-serve"
 # Counter names without `_total`. trtllm-serve's Prometheus text (tensorrt_llm/metrics/collector.py, MetricsCollector,
-# `trtllm_` prefix) is served on /prometheus/metrics; its /metrics is JSON iteration stats, no Prometheus text.
+# `trtllm_` prefix) is served on /prometheus/metrics (as TRT-LLM's own examples/serve/prometheus_metrics.py scrapes
+# it); its /metrics is JSON iteration stats, no Prometheus text. The metric names below are unverified against a
+# running trtllm-serve (no TRT-LLM runs here).
 # TRT-LLM counts reuse in KV blocks, not tokens (kv_cache_reused_blocks / kv_cache_missed_blocks); it has no
 # per-source token counters and no per-rank label.
 METRICS = EngineMetrics(
@@ -117,6 +123,12 @@ class TrtLlm:
         # no --served-model-name: the scripts serve under the model path, which the replay names
         return [*head, model, "--host", "127.0.0.1", "--port", str(port), *flags]
 
+    def block_size(self, flags: Flags) -> int:
+        """kv_cache_config.tokens_per_block of the file, else TRT-LLM's default."""
+        kv = flags.get(KV_CACHE)
+        block = kv.get(TOKENS_PER_BLOCK) if isinstance(kv, dict) else None
+        return block if isinstance(block, int) else DEFAULT_TOKENS_PER_BLOCK
+
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
         """`--config MAPPING` (what sized_flags gathered) as the YAML file it names in `run_dir`."""
         if CONFIG_FLAG not in flags:
@@ -152,6 +164,10 @@ class TrtLlm:
 
     def recipe_problems(self, flags: Flags, sizing: RecipeSizing) -> list[RecipeProblem]:
         problems = []
+        if KV_CACHE in flags and self.block_size(flags) != sizing.block_size:
+            problems.append(RecipeProblem(
+                ("engine", "block-size"), f"differs from {KV_CACHE}.{TOKENS_PER_BLOCK} {self.block_size(flags)}"
+            ))  # fmt: skip
         if sizing.max_num_seqs_per_conc or sizing.capture_tokens_per_seq or sizing.capture_size_is_max_num_seqs:
             problems.append(RecipeProblem(
                 ("engine",), "TRT-LLM's batch and graph sizes are keys of its file (max_batch_size, "

@@ -60,6 +60,9 @@ KV_POOL_LOG = KvPoolLog(
 
 READY_TIMEOUT_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"  # how long the API server waits for the engine cores
 
+# vLLM's CacheConfig.DEFAULT_BLOCK_SIZE: the block when no --block-size is passed
+DEFAULT_BLOCK_SIZE = 16
+
 
 class VLLM:
     name = "vllm"
@@ -112,6 +115,10 @@ class VLLM:
         flags: list[str],
     ) -> list[str]:  # fmt: skip
         return server_argv(head, model, model_flag, served_model_name, port, flags)
+
+    def block_size(self, flags: Flags) -> int:
+        block = flags.get("--block-size")
+        return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
 
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
         return flags, {}  # every setting is a flag

@@ -129,6 +129,16 @@ def file_facts(process: str, files: Mapping[str, str], paths: Mapping[str, str])
     return facts
 
 
+# the value of a flag that names a file each side writes where it likes (trtllm-serve's `--config ser.yaml` beside
+# the script, slurmx's in the point's run dir): its content is compared key by key (`file FLAG/...`), not its path
+NAMED_FILE = "<file compared by its content>"
+
+
+def named_file_flags(process: str, flags: Mapping[str, str], facts: Facts) -> Facts:
+    """The facts of the flags among `flags` (flag -> text of the file it names) with the path as NAMED_FILE."""
+    return {(process, f): NAMED_FILE for f in flags if f.startswith("--") and (process, f) in facts}
+
+
 def _is_import_check(code: str) -> list[str]:
     """The modules a `python -c` of import statements only checks (`import m` or `from m import name`)."""
     statements = [s.strip() for s in code.split(";") if s.strip()]
@@ -184,6 +194,7 @@ def upstream_facts(capture: Capture, paths: Mapping[str, str]) -> Facts:
         inherited = {k: s.env[k] for k in CACHE_ENV if k in s.env}  # the launcher's cache locations
         facts.update(env_facts(name, {**inherited, **s.env_delta(capture.base_env)}, paths))
         facts.update(file_facts(name, s.files, paths))
+        facts.update(named_file_flags(name, s.files, facts))
     facts.update(provision_facts(capture.started, paths))
     for run in capture.runs:  # the tree's own scripts it ran (a container patch script): provisioning steps
         facts[("provision", f"run {run.path}")] = script_value(run.program, [_paths(a, paths) for a in run.args],
@@ -222,6 +233,7 @@ def slurmx_facts(
             flag: process.files[v] for flag, v in zip(argv, argv[1:]) if flag.startswith("--") and v in process.files
         }
         facts.update(file_facts(process.name, named, paths))
+        facts.update(named_file_flags(process.name, named, facts))
     facts.update(provision)
     return facts
 

@@ -309,13 +309,16 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
     assert found is not None  # observe() refused the key otherwise
     command, argv, _ = found
     positional, _ = parse_flags(argv)
-    block = derived.flags.get("--block-size")
-    model_flag = engines.get(point.framework).model_flag
+    engine_of = engines.get(point.framework)
+    blocks = sorted({engine_of.block_size(_engine_flags(c)) for c in captured})  # the engine's own, per point
+    if len(blocks) > 1:
+        raise ImportRefused(f"{key}: the points run with different KV block sizes ({', '.join(map(str, blocks))})")
+    model_flag = engine_of.model_flag
     # the model path is the model flag's value, else the last positional
     engine["launcher"] = [*command, *(positional if model_flag else positional[:-1])]
     if model_flag:
         engine["model-flag"] = model_flag
-    engine["block-size"] = block if isinstance(block, int) else 16  # the engine's default block when none is passed
+    engine["block-size"] = blocks[0]
     if derived.max_num_seqs_per_conc is not None:
         engine["max-num-seqs-per-conc"] = derived.max_num_seqs_per_conc
     if derived.dp_attn_max_num_seqs_per_conc is not None:
