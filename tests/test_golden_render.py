@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurmx import paths
 from tests.helpers.golden import KEYS, TREES, diff, golden_path, points, render, update_requested_in_ci
@@ -94,3 +95,33 @@ def test_atom_golden_files_start_atom_with_its_in_process_lmcache_sized_per_rank
             else:
                 assert "--kv-transfer-config" not in argv and "LMCACHE_MAX_LOCAL_CPU_SIZE" not in env
         assert offloaded, key
+
+
+def test_trtllm_golden_files_write_each_points_config_with_its_host_pool() -> None:
+    """A TRT-LLM key's engine is `mpirun -n 1 ... trtllm-serve MODEL` on every point, its TP by --tp_size, every
+    other setting in the --config YAML the node writes: max_batch_size the point's conc, and the native arm's host
+    tier as kv_cache_config.host_cache_size bytes (the scripts pin it per TP: one size for every conc of a TP)."""
+    keys = [k for k in KEYS if "-trtllm-" in k]
+    assert keys
+    for key in keys:
+        by_name = {p.exp_name: p for p in points(key)}
+        blocks = golden_path(key).read_text().split("\n# point ")[1:]
+        assert len(blocks) == len(by_name) > 0, key
+        host: dict[int, set[int]] = {}
+        for block in blocks:
+            point = by_name[block.split()[1]]
+            lines = block.splitlines()
+            at = next(
+                i
+                for i, line in enumerate(lines)
+                if " mpirun -n 1 --oversubscribe --allow-run-as-root trtllm-serve " in line
+            )
+            argv = lines[at].split(" trtllm-serve ", 1)[1].split()
+            assert argv[argv.index("--tp_size") + 1] == str(point.tp) and "--config" in argv, lines[at]
+            start = next(
+                i for i, line in enumerate(lines) if line.startswith("# file ") and "trtllm_config.yaml" in line
+            )
+            config = yaml.safe_load("\n".join(line[4:] for line in lines[start + 1 : at]))
+            assert config["max_batch_size"] == point.conc
+            host.setdefault(point.tp, set()).add(config["kv_cache_config"]["host_cache_size"])
+        assert host and all(len(sizes) == 1 for sizes in host.values()), host

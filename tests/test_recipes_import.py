@@ -57,6 +57,8 @@ IMPORTED = {
     "dsv4-fp4-mi355x-atom-agentic-mtp": "repo-main",  # ATOM: python3 -u -m atom.entrypoints.openai_server, MTP
     "kimik3-fp4-mi355x-atom-agentic-mtp": "repo-main",  # ATOM's in-process LMCache: budget / TP GB a rank, DSpark
     "glm5.2-fp4-mi355x-atom-agentic-mtp": "repo-main",  # ATOM's in-process LMCache: the whole budget in every rank
+    "minimaxm3-fp4-b200-trtllm-agentic-mtp": "repo-main",  # TRT-LLM: mpirun ... trtllm-serve, its --config YAML's keys
+    "minimaxm3-fp4-b300-trtllm-agentic-mtp": "repo-main",  # TRT-LLM's native host tier (kv_cache_config.host_cache_size)
 }
 
 pytestmark = pytest.mark.slow

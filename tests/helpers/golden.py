@@ -27,11 +27,12 @@ KEYS = (
     "glm5.2-fp8-mi325x-sglang-agentic-mtp",  # SGLang, no offload arm (an InferenceX main key)
     "qwen3.5-fp8-b300-sglang-agentic-mtp",  # SGLang with and without its HiCache arm, TP2-EP2 and TP4
     "kimik3-fp4-mi355x-atom-agentic-mtp",  # ATOM with and without its in-process LMCache arm (budget / TP a rank)
+    "minimaxm3-fp4-b300-trtllm-agentic-mtp",  # TRT-LLM: trtllm-serve under mpirun, its --config YAML per point
 )
 # keys rendered from an InferenceX fixture tree (`slurmx render --inferencex DIR KEY`): its master configs
 TREES = {
     "glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main", "qwen3.5-fp8-b300-sglang-agentic-mtp": "repo-main",
-    "kimik3-fp4-mi355x-atom-agentic-mtp": "repo-main",
+    "kimik3-fp4-mi355x-atom-agentic-mtp": "repo-main", "minimaxm3-fp4-b300-trtllm-agentic-mtp": "repo-main",
 }  # fmt: skip
 
 

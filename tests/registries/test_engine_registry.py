@@ -56,12 +56,22 @@ class ToyEngine:
     loads_connectors = True
     revision_flag = "--revision"
     model_flag: str | None = None
+    draft_at: tuple[str, str] | None = None
 
     def parallel_flags(self, point: Point) -> list[str]:
         return ["--tp", str(point.tp)]
 
     def ready_timeout_s(self, env: Mapping[str, str]) -> int:
         return 0
+
+    def block_size(self, flags: Flags) -> int:
+        return 16
+
+    def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
+        return flags, {}
+
+    def inline_files(self, flags: Flags, files: Mapping[str, str]) -> Flags:
+        return flags
 
     def offload_args(self, offload: KvOffload) -> tuple[list[str], dict[str, str]]:
         plugin = f"{offload.connector}@{offload.module}" if offload.module else offload.connector
