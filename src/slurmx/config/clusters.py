@@ -82,6 +82,8 @@ class RuntimeProfile(_Model):
     kind: str = "venv"  # a registered runtime kind (slurmx.runtimes): venv, pyxis, command
     command: list[str] | None = None  # command: run this argv as the point's work (cluster smoke tests)
     engine_python: str | None = None  # venv: the Python of the vLLM (+ lmcache) environment
+    # venv: the engine process's PYTHONPATH (the local stack's shim for vLLM's CPU build, scripts/local-stack.sh)
+    engine_pythonpath: str | None = None
     aiperf_bin: str | None = None  # venv: the aiperf executable
     # pyxis: what pip installs as the replay's aiperf, in its own venv in the job's container (a checkout of
     # InferenceX's aiperf fork on the cluster's filesystem, or a pinned release); None: the image's aiperf

@@ -115,6 +115,8 @@ def _launch_plan(
     engine_env = {**COMMON_ENV, **spec.env, **offload_env, **(engine.node_env(part) if part is not None else {})}
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home
+    if runtime.engine_pythonpath:
+        engine_env["PYTHONPATH"] = runtime.engine_pythonpath
     files = backend.engine_files(spec.backend, ports, run_dir)
     engine_env |= {f.env: str(f.path) for f in files}
     # a headless rank answers no HTTP: the head's health covers it once it has registered

@@ -71,6 +71,7 @@ class Runtime:
     hf_home: str | None = None
     trace_dir: str | None = None
     image: str | None = None
+    engine_pythonpath: str | None = None  # the engine process's PYTHONPATH, when the profile names one
     command: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # the profile's runtime.env: exported by the job script
 

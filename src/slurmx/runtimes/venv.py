@@ -28,4 +28,5 @@ class VenvRuntime(Runtime):
             hf_home=expand(profile.hf_home) if profile.hf_home else None,
             trace_dir=expand(profile.trace_dir) if profile.trace_dir else None,
             image=image,
+            engine_pythonpath=expand(profile.engine_pythonpath) if profile.engine_pythonpath else None,
         )
