@@ -119,6 +119,7 @@ class TierReading:
 
     counters: dict[str, float] = field(default_factory=dict)  # named figures: chunks stored, chunks read, ...
     hit_tokens: float | None = None  # tokens the tier says it served the engine (its side of the hit rate)
+    hit_blocks: float | None = None  # a tier that counts KV blocks: blocks it served (tokens: x the block size)
     absent: str | None = None  # why the tier's side is missing (never a silent zero), None when it is there
 
 

@@ -16,6 +16,21 @@ from slurmx.process import ServerPorts
 GIB = 1 << 30
 PER_RANK: Final = "cpu_bytes_to_use_per_rank"
 WHOLE: Final = "cpu_bytes_to_use"
+# The connector's own counters (vLLM 0.32, vllm/v1/simple_kv_offload/metrics.py), names without `_total`:
+# blocks restored to the engine from the CPU pool, counted when a load finishes; the pool's pinned blocks and
+# its pending stores. Its save-outcome counter classifies hybrid models' boundary-state hand-offs only (not
+# the blocks a plain model stores), so it is not read as a stored total.
+LOAD_BLOCKS: Final = "vllm:simple_kv_offload_load_blocks"
+TIER_COUNTERS: Final = {
+    "blocks_loaded": LOAD_BLOCKS,
+    # OffloadingConnector's byte counters, which InferenceX reads for its CPU offload arms, when present
+    "bytes_cpu_to_gpu": "vllm:kv_offload_bytes_cpu_to_gpu",
+    "bytes_gpu_to_cpu": "vllm:kv_offload_bytes_gpu_to_cpu",
+}
+TIER_GAUGES: Final = {
+    "used_blocks_max": "vllm:simple_kv_offload_used_blocks",
+    "pending_store_blocks_max": "vllm:simple_kv_offload_pending_store_blocks",
+}
 
 
 class VllmSimpleArm(Arm):
@@ -83,17 +98,14 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         return KvOffload(self.connector, settings)
 
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
-        # vLLM's own CPU offload counters; they count bytes, so the tier side has no token figure
-        names = {
-            "bytes_cpu_to_gpu": "vllm:kv_offload_bytes_cpu_to_gpu",
-            "bytes_gpu_to_cpu": "vllm:kv_offload_bytes_gpu_to_cpu",
-        }
-        counters = {field: deltas[name] for field, name in names.items() if name in deltas}
+        counters = {field: deltas[name] for field, name in TIER_COUNTERS.items() if name in deltas}
+        counters |= {field: gauges[name] for field, name in TIER_GAUGES.items() if name in gauges}
+        loaded = counters.get("blocks_loaded")
+        if loaded is not None:  # the blocks it restored to the engine: its side of the hit figure, in blocks
+            return TierReading(counters, hit_blocks=loaded)
         if not counters:
-            return TierReading(absent="no vLLM CPU offload counter (vllm:kv_offload_bytes_*) in the replay's metrics")
-        return TierReading(
-            counters, absent="vLLM's CPU offload counters count bytes, not tokens: no tier-side hit figure"
-        )
+            return TierReading(absent=f"no SimpleCPUOffloadConnector counter ({LOAD_BLOCKS}) in the replay's metrics")
+        return TierReading(counters, absent=f"no {LOAD_BLOCKS} counter: the offload counters count bytes, not tokens")
 
     def knobs_from_connector(
         self, configs: list[dict[str, Any]], points: list[Point], handed: Sequence[ArmCapture] = ()

@@ -334,6 +334,7 @@ def _build(
         engine_argv=engine.argv if engine else None,  # the argv that ran, as the supervisor started it
         logs={p.name: p.log_path for p in servers.processes},
         working_set_tokens=member.working_set_tokens,
+        block_tokens=member.spec.block_size,
     )
     planned = servers.plan.servers if servers.plan is not None else []
     processes = [*planned, *([member.replay] if member.replay else [])]

@@ -25,6 +25,7 @@ class ArmInputs:
     engine_argv: list[str] | None = None
     logs: dict[str, Path] = field(default_factory=dict)  # process name -> its log
     working_set_tokens: int | None = None
+    block_tokens: int | None = None  # the engine's KV block size, for a tier that counts blocks
 
 
 def engine_connector(argv: list[str], engine: Engine | None = None) -> str | None:
@@ -68,6 +69,9 @@ def build_evidence(
     if tier_tokens is None:  # an engine without prompt tokens by source: its external prefix-cache hits
         tier_tokens = server.cache.external_prefix_cache_hits
     reading = backend.tier_reading(deltas, gauges)
+    tier_hits = reading.hit_tokens
+    if tier_hits is None and reading.hit_blocks is not None and inputs.block_tokens:
+        tier_hits = reading.hit_blocks * inputs.block_tokens
     return ArmEvidence(
         arm=arm,
         expected_connector=backend.connector,
@@ -79,8 +83,8 @@ def build_evidence(
         computed_tokens=by_source.computed,
         tier_hit_rate=_share(tier_tokens, prompt),
         tier=reading.counters,
-        tier_side_hit_tokens=reading.hit_tokens,
-        tier_side_hit_rate=_share(reading.hit_tokens, prompt),
+        tier_side_hit_tokens=tier_hits,
+        tier_side_hit_rate=_share(tier_hits, prompt),
         tier_absent_reason=reading.absent,
         kv_pool_tokens=server.kv_cache.gpu_total_tokens,
         working_set_tokens=inputs.working_set_tokens,
