@@ -28,23 +28,22 @@ def test_repeat_n_lives_under_the_point_and_keeps_its_point_id(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("key", "tasks", "mode"),
+    ("key", "points", "tasks", "mode"),
     [
-        ("tiny-fp32-local-vllm-agentic-lmcache", 2, "back to back"),  # share-server: one task per arm's server
-        ("kimik3-fp4-b300-vllm-agentic-dspark-lmcache", 4 * 3, "separate"),  # a task per point and repeat
+        ("tiny-fp32-local-vllm-agentic-lmcache", 6, 3, "back to back"),  # share-server: one task per arm's server
+        ("kimik3-fp4-b300-vllm-agentic-dspark-lmcache", 4, 4 * 3, "separate"),  # a task per point and repeat
     ],
 )
 def test_repeats_are_tasks_or_back_to_back_runs(
-    key: str, tasks: int, mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    key: str, points: int, tasks: int, mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     configs = [str(p) for p in sorted((ROOT / "configs").glob("*master*.yaml"))]
     argv = ["submit", key, "--dry-run", "--repeats", "3", "--results", str(tmp_path)]
     argv += [a for c in configs for a in ("--config", c)] + ["--clusters", str(ROOT / "configs/clusters.yaml")]
     assert main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)[0]
-    points = {p["point-id"] for p in report["points"]}
-    assert len(points) == 4 and len(report["points"]) == 12
-    assert sorted(p["repeat"] for p in report["points"]) == [1] * 4 + [2] * 4 + [3] * 4
+    assert len({p["point-id"] for p in report["points"]}) == points and len(report["points"]) == 3 * points
+    assert sorted(p["repeat"] for p in report["points"]) == [1] * points + [2] * points + [3] * points
     assert not list(tmp_path.rglob("*.json"))  # a dry run writes no ledger
     assert [a["tasks"] for a in report["arrays"]] == [tasks]
     assert main(argv) == 0

@@ -6,6 +6,7 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
 import yaml
 
 from slurmx.config.load import load_clusters, load_masters
@@ -65,6 +66,7 @@ def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path)
     assert connector["kv_connector"] == "SimpleCPUOffloadConnector"
     assert connector["kv_connector_extra_config"]["cpu_bytes_to_use_per_rank"] == int(1889 * 1e9 / 8)
     assert [p.name for p in plan.servers] == ["engine"]
+    assert "PYTHONPATH" not in plan.engine.env  # the local stack's shim never reaches a production render
 
     plan = launch_plan(resolve(mooncake, recipes), PORTS, runtime)
     assert [p.name for p in plan.servers] == ["mooncake-master", "engine"]
@@ -77,6 +79,24 @@ def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path)
     mooncake_argv = argv
     for arm_argv in (simple_argv, mooncake_argv):  # every arm keeps the base's tool-call flags
         assert "--enable-auto-tool-choice" in arm_argv and "--tool-call-parser" in arm_argv
+
+
+def test_the_local_vllm_simple_arm_runs_vllms_connector_with_the_stacks_shim_on_the_engine_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLURMX_STACK", "/srv/stack")
+    masters = load_masters([ROOT / "configs/local-master.yaml"])
+    clusters = load_clusters(ROOT / "configs/clusters.yaml")
+    points = expand(["tiny-fp32-local-vllm-agentic-lmcache"], masters, clusters)
+    simple = next(p for p in points if p.backend_name == "vllm-simple")
+    spec = resolve(simple, load_recipes(ROOT / "jobs"))
+    plan = launch_plan(spec, PORTS, runtime_for(clusters.profiles["cluster:local"], simple.image))
+    argv = plan.engine.argv
+    connector = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert connector == {"kv_connector": "SimpleCPUOffloadConnector", "kv_role": "kv_both",
+                         "kv_connector_extra_config": {"cpu_bytes_to_use_per_rank": 2 * 10**9}}  # fmt: skip
+    assert plan.engine.env["PYTHONPATH"] == "/srv/stack/shims/vllm-cpu-offload"  # scripts/local-stack.sh's
+    assert spec.block_size == 128  # what turns the connector's block counters into tokens
 
 
 def _routed_plan(tmp_path: Path, router: dict[str, str] | None):  # type: ignore[no-untyped-def]

@@ -50,7 +50,8 @@ hardware:
 def _setup(env: SlurmEnv, mem: str) -> int:
     """The local key with its LMCache arm only; returns the point's host-memory need in MB."""
     master = (ROOT / "configs" / "local-master.yaml").read_text()
-    master = "\n".join(line for line in master.splitlines() if "kv-offloading: none" not in line) + "\n"
+    arms = (line for line in master.splitlines() if "kv-offloading:" not in line or "name: lmcache" in line)
+    master = "\n".join(arms) + "\n"
     (env.configs / f"{KEY}-master.yaml").write_text(master)
     (env.configs / "clusters.yaml").write_text(CLUSTERS.format(mem=mem))
     inputs = load_inputs([env.configs / f"{KEY}-master.yaml"], env.configs / "clusters.yaml", [KEY])
