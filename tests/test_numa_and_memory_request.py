@@ -6,6 +6,7 @@ to a pool the profile leaves unplaced is refused."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,9 @@ from slurmx.config.clusters import NodeProfile
 from slurmx.errors import UserError
 from slurmx.inputs import load_inputs
 from slurmx.node import numa
-from slurmx.node.launch import placed
-from slurmx.process import Process
+from slurmx.node.launch import launch_plan, placed
+from slurmx.node.preflight import check_memory, memory_margin_bytes
+from slurmx.process import Process, ServerPorts
 from slurmx.runtimes import runtime_for
 from slurmx.slurm import cluster_check
 from slurmx.slurm.cluster_check import NodeInfo
@@ -44,6 +46,24 @@ def test_an_lmcache_point_asks_the_profile_memory_plus_its_pool_and_margin() -> 
     assert need_mb > 0 and what.startswith("lmcache pool ")
     assert pooled.request.mem == f"{6 * 1024 + need_mb}M"
     assert plain.request.mem == "6G"  # no pool: the profile's figure as written
+
+
+def test_a_vllm_simple_point_asks_for_the_cpu_pool_its_connector_json_sizes() -> None:
+    """vLLM's own CPU offload pins its pool in the engine's ranks: the job asks Slurm for it as for LMCache's L1."""
+    item = next(r for r in local_points() if r.point.backend_name == "vllm-simple")
+    assert item.serving is not None
+    plan = launch_plan(item.serving, ServerPorts(engine=8888), runtime_for(item.profile, item.point.image))
+    argv = plan.engine.argv
+    connector = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert connector["kv_connector"] == "SimpleCPUOffloadConnector"
+    # what the engine's ranks allocate: the connector JSON's per-rank bytes on each of the point's GPUs
+    pool = connector["kv_connector_extra_config"]["cpu_bytes_to_use_per_rank"] * item.serving.gpus
+    need_mb, what = host_memory_need_mb(item.serving)
+    assert pool > 0 and need_mb == (pool + memory_margin_bytes(pool)) // 2**20
+    assert what.startswith(f"vllm-simple pool {pool // 2**20} MB + margin ")
+    assert item.request.mem == f"{6 * 1024 + need_mb}M"
+    assert check_memory(item.serving, pool) is not None  # preflight: the node must hold the pool and the margin
+    assert check_memory(item.serving, pool + memory_margin_bytes(pool)) is None
 
 
 def test_a_profile_that_takes_whole_nodes_keeps_mem_0() -> None:

@@ -60,6 +60,12 @@ class VllmSimpleSpec(BackendSpec):
     cpu_bytes: int | None = None  # the whole budget, when size_setting is cpu_bytes_to_use
     lazy_offload: bool | None = None
     extra_settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    ranks: int = 1  # the server's GPU ranks, each holding cpu_bytes_per_rank of host memory
+
+    def host_memory_bytes(self) -> int:
+        # every rank of the server allocates its share of the pool in host memory, as LMCache's server does its L1;
+        # a multinode server's whole pool is asked of each node, which the budget caps at one node's share
+        return self.cpu_bytes_per_rank * self.ranks
 
 
 class VllmSimple(BaseBackend[VllmSimpleSpec]):
@@ -80,7 +86,7 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         return VllmSimpleSpec(
             name=self.name, version=backend_version(point), cpu_bytes_per_rank=per_rank,
             size_setting=knobs.size_setting, cpu_bytes=whole, lazy_offload=lazy,
-            extra_settings=dict(knobs.extra_settings),
+            extra_settings=dict(knobs.extra_settings), ranks=point.server_gpus,
         )  # fmt: skip
 
     def refusal(self, engine: Engine) -> str | None:

@@ -33,7 +33,7 @@ def check_memory(spec: ServingSpec, available: int) -> str | None:
     need = pool + memory_margin_bytes(pool)
     if available < need:
         return (
-            f"host memory: {available / GB:.1f} GB available, the L1 pool needs {pool / GB:.0f} GB plus "
+            f"host memory: {available / GB:.1f} GB available, the {spec.backend.name} pool needs {pool / GB:.0f} GB plus "
             f"{memory_margin_bytes(pool) / GB:.0f} GB margin"
         )
     return None
