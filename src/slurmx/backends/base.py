@@ -119,8 +119,10 @@ class TierReading:
 
     counters: dict[str, float] = field(default_factory=dict)  # named figures: chunks stored, chunks read, ...
     hit_tokens: float | None = None  # tokens the tier says it served the engine (its side of the hit rate)
-    hit_blocks: float | None = None  # a tier that counts KV blocks: blocks it served (tokens: x the block size)
     absent: str | None = None  # why the tier's side is missing (never a silent zero), None when it is there
+    # a tier that counts KV blocks: blocks it served (tokens: x the block size); last, so that the positional
+    # (counters, hit_tokens, absent) of the other backends keep their meaning
+    hit_blocks: float | None = None
 
 
 class Backend(Protocol[S]):
