@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmx.backends.none import NoOffload
 from slurmx.inputs import load_inputs
 from slurmx.node import serving_body
 from slurmx.node.body import run_points
@@ -158,6 +159,20 @@ def test_a_failed_cache_reset_fails_the_next_point_with_the_reason(
     assert (group.state(4).stage, group.state(4).reason) == ("failed", reason)
     assert "replay" not in group.stages(4)  # a warm cache would skew the comparison: no replay at all
     assert group.result(4) is None and group.resets()
+
+
+def test_a_failed_tier_reset_fails_the_next_point_with_the_tier_url(
+    group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tier's clear not answering 2xx (here: nothing listens on its port) fails the point that would replay
+    on the tier's warm cache, as a failed engine reset does."""
+    dead = "http://127.0.0.1:1/cache/clear"  # port 1: refused on loopback
+    monkeypatch.setattr(NoOffload, "cache_reset_urls", lambda self, spec, ports: [dead])
+    outcomes = group.run()
+    reason = f"could not reset the KV tier's cache between points (POST {dead})"
+    assert outcomes == {group.ids[2]: "done", group.ids[4]: reason}
+    assert "replay" not in group.stages(4) and group.result(4) is None
+    assert group.resets() == ["/reset_prefix_cache?reset_external=true"]  # the engine's own reset did run
 
 
 def test_a_replay_that_exits_non_zero_fails_its_point_with_aiperfs_last_line(

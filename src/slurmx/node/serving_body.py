@@ -211,11 +211,13 @@ def reset_caches(servers: Servers) -> None:
     implemented = spec.implementation
     path = implemented.engine.cache_reset_path()
     engine_ok = path is None or loopback.post_ok(f"{servers.engine_direct_url}{path}")
-    for url in implemented.backend.cache_reset_urls(spec.backend, servers.ports):
-        loopback.post_ok(url)
+    tier_failed = [url for url in implemented.backend.cache_reset_urls(spec.backend, servers.ports)
+                   if not loopback.post_ok(url)]  # fmt: skip
     if not engine_ok:
         hint = implemented.engine.cache_reset_hint()
         raise PointFailed(f"could not reset the engine's prefix cache between points ({hint})")
+    if tier_failed:  # a tier still holding the last point's KV would serve this one hits it never stored
+        raise PointFailed(f"could not reset the KV tier's cache between points (POST {', '.join(tier_failed)})")
 
 
 def check_servers(servers: Servers, supervisor: Supervisor, context: str) -> None:
