@@ -77,7 +77,8 @@ def test_gpus_must_be_the_ones_slurm_granted() -> None:
 
 @pytest.fixture
 def planted() -> Iterator[Path]:
-    path = Path("/dev/shm") / f"lmcache_l1_pool_slurmxtest{uuid.uuid4().hex[:8]}"
+    # outside the default lmcache* pattern: a stack job on the local cluster may run beside this test
+    path = Path("/dev/shm") / f"slurmxtest_pool_{uuid.uuid4().hex[:8]}"
     path.write_bytes(b"\0" * 4096)
     yield path
     path.unlink(missing_ok=True)
