@@ -5,6 +5,7 @@ Real processes stand in for LMCache and vLLM (they only report where they run)."
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -27,7 +28,10 @@ from slurmx.store.lockfile import NodeLock
 from slurmx.store.tree import ResultsTree
 from slurmx.submit.resolved import resolve_points
 
-REPORT = "import os, time; print('cpus', sorted(os.sched_getaffinity(0)), flush=True); time.sleep(60)"
+# one string, one write: print(a, b) unbuffered (PYTHONUNBUFFERED=1, as .ci/run exports) writes "cpus" and the
+# list separately, and a reader between the two saw "cpus" alone
+REPORT = "import os, time; print(f'cpus {sorted(os.sched_getaffinity(0))}', flush=True); time.sleep(60)"
+REPORTED = re.compile(r"^cpus \[[0-9, ]*\]$", re.M)
 
 
 def start(
@@ -59,10 +63,13 @@ def start(
     runtime = runtime_for(record.cluster_profile, record.point.image)
     with Supervisor(point.path, f"t15-numa-{os.getpid()}") as sup:
         servers = serving_body.start_servers(member, runtime, sup)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and "cpus" not in (point.path / "logs" / "lmcache.log").read_text():
+        deadline = time.monotonic() + 60
+        logs: dict[str, str] = {}
+        while time.monotonic() < deadline:  # until both stand-ins have written their whole line
+            logs = {name: (point.path / "logs" / f"{name}.log").read_text() for name in ("lmcache", ENGINE)}
+            if all(REPORTED.search(text) for text in logs.values()):
+                break
             time.sleep(0.1)
-        logs = {name: (point.path / "logs" / f"{name}.log").read_text() for name in ("lmcache", ENGINE)}
     return point.path, {"lock": servers.lock.model_dump(mode="json"), "logs": logs}  # as lock.json holds it
 
 
