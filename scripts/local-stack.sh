@@ -10,15 +10,18 @@
 #   $ROOT/shims/vllm-cpu-offload/sitecustomize.py   scripts/vllm-cpu-offload-shim: what vLLM's CPU build lacks
 #                        for its own SimpleCPUOffloadConnector, on the engine's PYTHONPATH through the local
 #                        cluster profile alone (configs/clusters.yaml engine-pythonpath), never in production
+#   $ROOT/mooncake-site  Mooncake's non-CUDA wheel (pip --no-deps --target): MooncakeStoreConnector imports
+#                        mooncake.store from it and its mooncake/mooncake_master is the store's master; on the
+#                        engine's PYTHONPATH through the local cluster profile alone; needs Debian's libibverbs1
 #
 # ROOT is ${SLURMX_STACK:-/opt/slurmx-stack}, outside any checkout, so CI runs and developers reuse it.
 # Every part has a stamp file holding a hash of what it was built from; it is written only after the
 # part was built and checked. Present and matching => reused (seconds). Otherwise the part is rebuilt
 # from nothing in a temporary directory and renamed into place, so a half-built part never looks done.
 #
-# Usage: scripts/local-stack.sh [build|engine|aiperf|model|shim|env|status|clean]
+# Usage: scripts/local-stack.sh [build|engine|aiperf|model|shim|mooncake|env|status|clean]
 #   build (default)  build or reuse everything, then print the env lines on stdout
-#   engine|aiperf|model|shim   build or reuse one part (model and shim need engine)
+#   engine|aiperf|model|shim|mooncake   build or reuse one part (model, shim and mooncake need engine)
 #   env              print SLURMX_*=... lines for a built stack (exit 1 if a part is missing/stale)
 #   status           say which parts are present and current
 #   clean            remove the parts this script builds (other things under $ROOT are left alone)
@@ -43,6 +46,8 @@ MODEL_NAME='tiny-llama'
 SHIM_SRC="$HERE/vllm-cpu-offload-shim"
 SHIM_DIR="$ROOT/shims/vllm-cpu-offload"
 HF_REPO_ID="local/${MODEL_NAME}"
+MOONCAKE_PIN='mooncake-transfer-engine-non-cuda==0.3.13.post1'  # the CPU-only build (docs/local-stack.md, Mooncake)
+MOONCAKE_DIR="$ROOT/mooncake-site"
 
 log() { printf '[local-stack %4ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -73,6 +78,9 @@ aiperf_hash() {
 }
 shim_hash() {
   { printf '%s\n' "recipe=$RECIPE" "engine=$(engine_hash)"; cat "$SHIM_SRC/sitecustomize.py"; } | hash_of
+}
+mooncake_hash() {
+  printf '%s\n' "recipe=$RECIPE" "engine=$(engine_hash)" "$MOONCAKE_PIN" | hash_of
 }
 model_hash() {
   { printf '%s\n' "recipe=$RECIPE" "engine=$(engine_hash)" "repo=$HF_REPO_ID"; cat "$HERE/make_tiny_model.py"; } | hash_of
@@ -244,6 +252,45 @@ EOF
   log "vllm cpu-offload shim: ready ($SHIM_DIR)"
 }
 
+# ---- Mooncake's non-CUDA wheel, beside the engine venv -------------------------------------------
+# Its native store.so, engine.so and mooncake_master link libibverbs.so.1 even without RDMA: a Debian
+# package, installed when missing as scripts/test installs numactl.
+ensure_libibverbs() {
+  ldconfig -p 2>/dev/null | grep -F libibverbs.so.1 >/dev/null && return 0  # no -q: SIGPIPE under pipefail
+  command -v apt-get >/dev/null 2>&1 || die "mooncake: libibverbs.so.1 missing and no apt-get to install libibverbs1"
+  local sudo=""; [[ "$(id -u)" == 0 ]] || sudo=sudo
+  log "mooncake: installing libibverbs1 (Debian)"
+  $sudo apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends libibverbs1 >/dev/null
+}
+
+build_mooncake() {
+  local h; h="$(mooncake_hash)"
+  ensure_libibverbs
+  if stamp_ok "$MOONCAKE_DIR" "$h"; then
+    log "mooncake: reused ($MOONCAKE_DIR, stamp $h)"; return 0
+  fi
+  stamp_ok "$ROOT/venvs/engine" "$(engine_hash)" || die "mooncake needs the engine venv (run: $0 engine)"
+  local tmp="$ROOT/.mooncake-site.build.$$"; CLEANUP+=("$tmp")
+  rm -rf "$tmp"
+  log "mooncake: installing $MOONCAKE_PIN into $tmp"
+  # --no-deps: the aiohttp and requests it declares are the engine venv's; msgpack, which only its other
+  # connectors import, is left out (docs/local-stack.md)
+  pip_in "$ROOT/venvs/engine" -q --no-deps --target "$tmp" "$MOONCAKE_PIN" >&2
+  PYTHONPATH="$tmp" "$ROOT/venvs/engine/bin/python" - "$tmp" <<'EOF' >&2 || die "mooncake: check failed"
+import importlib.metadata as m, os, sys
+import mooncake.store  # noqa: F401  (what MooncakeStoreConnector imports)
+master = os.path.join(sys.argv[1], "mooncake", "mooncake_master")
+assert os.access(master, os.X_OK), master
+print(f"  mooncake: {m.version('mooncake-transfer-engine-non-cuda')}, mooncake.store imports, {master}")
+EOF
+  printf '%s\n' "$h" > "$tmp/$STAMP"
+  local old="$MOONCAKE_DIR.old.$$"
+  [[ -e "$MOONCAKE_DIR" ]] && mv "$MOONCAKE_DIR" "$old"
+  mv "$tmp" "$MOONCAKE_DIR"; rm -rf "$old"
+  log "mooncake: ready ($MOONCAKE_DIR, $(du -sh "$MOONCAKE_DIR" | cut -f1))"
+}
+
 # ---- env / status --------------------------------------------------------------------------------
 print_env() {
   local ok=0
@@ -252,6 +299,7 @@ print_env() {
   { stamp_ok "$ROOT/models/$MODEL_NAME" "$(model_hash)" && hf_snapshot_dir >/dev/null; } \
     || { log "tiny model missing or stale"; ok=1; }
   stamp_ok "$SHIM_DIR" "$(shim_hash)" || { log "vllm cpu-offload shim missing or stale"; ok=1; }
+  stamp_ok "$MOONCAKE_DIR" "$(mooncake_hash)" || { log "mooncake site missing or stale"; ok=1; }
   [[ $ok == 0 ]] || { log "run: $0 build"; return 1; }
   cat <<EOF
 SLURMX_STACK=$ROOT
@@ -262,6 +310,7 @@ SLURMX_TINY_MODEL=$ROOT/models/$MODEL_NAME
 SLURMX_HF_HOME=$ROOT/hf
 SLURMX_TINY_TOKENIZER=$HF_REPO_ID
 SLURMX_VLLM_CPU_SHIM=$SHIM_DIR
+SLURMX_MOONCAKE_SITE=$MOONCAKE_DIR
 EOF
 }
 
@@ -281,6 +330,10 @@ status() {
   if stamp_ok "$SHIM_DIR" "$h"; then echo "shim: ok ($SHIM_DIR, $h)"
   elif [[ -e "$SHIM_DIR" ]]; then echo "shim: STALE ($SHIM_DIR, want $h)"
   else echo "shim: missing"; fi
+  h="$(mooncake_hash)"
+  if stamp_ok "$MOONCAKE_DIR" "$h"; then echo "mooncake: ok ($MOONCAKE_DIR, $h)"
+  elif [[ -e "$MOONCAKE_DIR" ]]; then echo "mooncake: STALE ($MOONCAKE_DIR, want $h)"
+  else echo "mooncake: missing"; fi
 }
 
 cmd="${1:-build}"
@@ -291,6 +344,7 @@ case "$cmd" in
     with_lock aiperf build_aiperf
     with_lock model build_model
     with_lock shim build_shim
+    with_lock mooncake build_mooncake
     log "stack ready under $ROOT"
     print_env
     ;;
@@ -298,15 +352,16 @@ case "$cmd" in
   aiperf) mkdir -p "$ROOT"; with_lock aiperf build_aiperf ;;
   model)  mkdir -p "$ROOT"; with_lock model build_model ;;
   shim)   mkdir -p "$ROOT"; with_lock shim build_shim ;;
+  mooncake) mkdir -p "$ROOT"; with_lock mooncake build_mooncake ;;
   env)    print_env ;;
   status) status ;;
   clean)
-    log "removing engine/aiperf venvs, the tiny model and its HF cache entry under $ROOT"
+    log "removing engine/aiperf venvs, the tiny model and its HF cache entry, the shim and mooncake-site under $ROOT"
     rm -rf "$ROOT/venvs/engine" "$ROOT/venvs/aiperf" "$ROOT/models/$MODEL_NAME" \
-           "$ROOT/hf/hub/models--${HF_REPO_ID//\//--}" "$SHIM_DIR" \
+           "$ROOT/hf/hub/models--${HF_REPO_ID//\//--}" "$SHIM_DIR" "$MOONCAKE_DIR" \
            "$ROOT"/venvs/.engine.build.* "$ROOT"/venvs/.aiperf.build.* "$ROOT"/.model.build.* \
-           "$ROOT"/shims/.vllm-cpu-offload.build.*
+           "$ROOT"/shims/.vllm-cpu-offload.build.* "$ROOT"/.mooncake-site.build.*
     ;;
   -h|--help|help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "unknown command: $cmd (build|engine|aiperf|model|shim|env|status|clean)" ;;
+  *) die "unknown command: $cmd (build|engine|aiperf|model|shim|mooncake|env|status|clean)" ;;
 esac
