@@ -82,8 +82,10 @@ class RuntimeProfile(_Model):
     kind: str = "venv"  # a registered runtime kind (slurmx.runtimes): venv, pyxis, command
     command: list[str] | None = None  # command: run this argv as the point's work (cluster smoke tests)
     engine_python: str | None = None  # venv: the Python of the vLLM (+ lmcache) environment
-    # venv: the engine process's PYTHONPATH (the local stack's shim for vLLM's CPU build, scripts/local-stack.sh)
+    # venv: the engine process's PYTHONPATH, colon-separated (the local stack's shim for vLLM's CPU build and its
+    # Mooncake site, scripts/local-stack.sh); provisioning's checks with the engine's Python see it too
     engine_pythonpath: str | None = None
+    mooncake_master_bin: str | None = None  # venv: the Mooncake store's master executable (None: on PATH)
     aiperf_bin: str | None = None  # venv: the aiperf executable
     # pyxis: what pip installs as the replay's aiperf, in its own venv in the job's container (a checkout of
     # InferenceX's aiperf fork on the cluster's filesystem, or a pinned release); None: the image's aiperf

@@ -146,6 +146,8 @@ def _step(runtime: Runtime, item: str, value: str, argv: list[str], timeout_s: f
     env = dict(COMMON_ENV)
     if runtime.hf_home:
         env["HF_HOME"] = runtime.hf_home
+    if argv[:1] == [runtime.engine_python] and runtime.engine_pythonpath:
+        env["PYTHONPATH"] = runtime.engine_pythonpath  # the engine's Python checks what the engine will import
     return Step(item, value, Process(name, runtime.wrap(argv, name), env), timeout_s)
 
 

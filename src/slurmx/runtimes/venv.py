@@ -29,4 +29,5 @@ class VenvRuntime(Runtime):
             trace_dir=expand(profile.trace_dir) if profile.trace_dir else None,
             image=image,
             engine_pythonpath=expand(profile.engine_pythonpath) if profile.engine_pythonpath else None,
+            mooncake_master_bin=expand(profile.mooncake_master_bin or "mooncake_master"),
         )
