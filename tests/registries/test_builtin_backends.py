@@ -26,7 +26,9 @@ from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.runtimes.venv import VenvRuntime
 from slurmx.upstream.derive import parse_flags
 
-PORTS = ServerPorts(engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888})
+PORTS = ServerPorts(
+    engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888, "mooncake-metrics": 23888}
+)
 VENV = VenvRuntime(engine_python="/venvs/engine/bin/python", lmcache_bin="/venvs/engine/bin/lmcache",
                    mooncake_master_bin="/venvs/engine/bin/mooncake_master")  # fmt: skip
 
@@ -66,9 +68,11 @@ def test_mooncake_master_and_connector_are_exactly_what_vllm_and_mooncake_read()
     spec = MOONCAKE.spec(arm, _point("mooncake", 1889))
     assert (spec.version, spec.per_rank_gb, spec.load_failure_policy) == ("1.2", 236.125, "recompute")
     assert MOONCAKE.servers(spec, PORTS, VENV, {}) == [
-        Process("mooncake-master", ["/venvs/engine/bin/mooncake_master", "--port", "22888",
-                                    "--eviction-high-watermark-ratio", "0.9"], {}, None, 60)
+        Process("mooncake-master", ["/venvs/engine/bin/mooncake_master", "--port", "22888", "--rpc_address", "127.0.0.1",
+                                    "--metrics_port", "23888", "--eviction-high-watermark-ratio", "0.9"], {}, None, 60)
     ]  # fmt: skip
+    # the tier's side: the master's own /metrics on its metrics port, scraped beside the engine's
+    assert MOONCAKE.metrics_urls(spec, PORTS) == ["http://127.0.0.1:23888/metrics"]
     offload = MOONCAKE.offload(spec, PORTS, VLLM.name)
     assert offload is not None and transfer_config(offload) == {
         "kv_connector": "MooncakeStoreConnector",
@@ -78,8 +82,9 @@ def test_mooncake_master_and_connector_are_exactly_what_vllm_and_mooncake_read()
     }
     pyxis = PyxisRuntime(image="img.sqsh")
     (server,) = MOONCAKE.servers(spec, PORTS, pyxis, {})
-    assert server.argv == pyxis.wrap(["mooncake_master", "--port", "22888", "--eviction-high-watermark-ratio",
-                                      "0.9"], "mooncake-master")  # fmt: skip
+    assert server.argv == pyxis.wrap(["mooncake_master", "--port", "22888", "--rpc_address", "127.0.0.1",
+                                      "--metrics_port", "23888", "--eviction-high-watermark-ratio", "0.9"],
+                                     "mooncake-master")  # fmt: skip
     assert "--job-name=slurmx-mooncake-master" in server.argv
 
 

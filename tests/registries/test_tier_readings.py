@@ -3,8 +3,14 @@ reason where it is not (never a silent zero, never a reason in a figure's place)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from slurmx import backends
+from slurmx.backends import mooncake
 from slurmx.backends.vllm_simple import LOAD_BLOCKS
+from slurmx.results import prometheus
+
+MOONCAKE_DATA = Path(__file__).parents[1] / "data" / "mooncake"  # real dumps of the local round trip (README.md)
 
 
 def test_lmcache_without_its_lookup_counter_says_why_and_has_no_figure() -> None:
@@ -23,3 +29,43 @@ def test_vllm_simple_reads_the_blocks_its_connector_loaded_and_its_pool_gauges()
     assert reading.counters == {"blocks_loaded": 33.0, "used_blocks_max": 40.0, "pending_store_blocks_max": 3.0}
     absent = simple.tier_reading({}, {})
     assert absent.hit_blocks is None and absent.absent is not None and LOAD_BLOCKS in absent.absent
+
+
+def _aiperf_export_values(text: str) -> tuple[dict[str, float], dict[str, float]]:
+    """A /metrics dump's counters and gauges by the names aiperf exports them under: a counter by its family
+    name (without `_total`; the master's `..._nums_` families have none), a gauge by its own."""
+    types = [line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE ")]
+    kinds = {name.removesuffix("_total") if kind == "counter" else name: kind for name, kind in types}
+    counters: dict[str, float] = {}
+    gauges: dict[str, float] = {}
+    for sample in prometheus.iter_samples(text):
+        family = sample.name.removesuffix("_total")
+        if kinds.get(family) == "counter":
+            counters[family] = counters.get(family, 0.0) + sample.value
+        elif kinds.get(sample.name) == "gauge":
+            gauges[sample.name] = max(gauges.get(sample.name, sample.value), sample.value)
+    return counters, gauges
+
+
+def test_mooncake_reads_the_blocks_its_master_served_from_the_real_round_trip() -> None:
+    # a fresh master (counters from zero) after two external loads of one prompt's 10 blocks: the window's deltas
+    # are the dump's counters themselves; the engine's own dump of the same moment says what it received
+    deltas, gauges = _aiperf_export_values((MOONCAKE_DATA / "master_metrics.prom").read_text())
+    reading = backends.get("mooncake").tier_reading(deltas, gauges)
+    assert reading.absent is None and reading.hit_tokens is None
+    assert reading.counters == {
+        "hit_blocks": 20.0, "hit_bytes": 2621440.0, "gets": 20.0, "keys_max": 40.0, "allocated_bytes_max": 5242880.0,
+    }  # fmt: skip
+    engine = {s.name: s.value for s in prometheus.iter_samples((MOONCAKE_DATA / "engine_metrics.prom").read_text())}
+    # blocks x the engine's block size (128) are the tokens the engine took from the external tier
+    assert (
+        reading.hit_blocks is not None and reading.hit_blocks * 128 == engine["vllm:external_prefix_cache_hits_total"]
+    )
+
+
+def test_mooncake_without_its_masters_counter_says_why_and_has_no_figure() -> None:
+    # the engine's metrics alone (the master's never scraped): no store figure, a reason naming the counter
+    deltas, gauges = _aiperf_export_values((MOONCAKE_DATA / "engine_metrics.prom").read_text())
+    reading = backends.get("mooncake").tier_reading(deltas, gauges)
+    assert reading.hit_blocks is None and reading.hit_tokens is None and reading.counters == {}
+    assert reading.absent is not None and mooncake.HIT_BLOCKS in reading.absent

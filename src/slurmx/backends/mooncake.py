@@ -1,4 +1,4 @@
-"""Mooncake store: a master process and MooncakeStoreConnector (rendered and validated; no RDMA here).
+"""Mooncake store: a master process and MooncakeStoreConnector (on the local stack: the non-CUDA wheel over tcp).
 
 Two ways a script configures the embedded store, both an arm of this backend:
 - the connector JSON carries the master's address and each rank's segment (`global_segment_size_gb` =
@@ -8,6 +8,10 @@ Two ways a script configures the embedded store, both an arm of this backend:
   address, each rank's segment (the budget less what the arm reserves, per node and per rank), the local buffer
   and the arm's other settings (mode, protocol, device_name, ...), as InferenceX's MiniMax-M3 and Kimi-K3
   scripts write theirs.
+
+The tier's own side is the master's /metrics (its `-metrics_port`, a free port of the node), which aiperf scrapes
+beside the engine's: `mem_cache_hit_nums_` counts the stored KV blocks the master served back to the engine
+(docs/local-stack.md, measured with vLLM 0.32 CPU and mooncake-transfer-engine-non-cuda 0.3.13.post1).
 """
 
 from __future__ import annotations
@@ -37,18 +41,25 @@ from slurmx.engines import DEFAULT as DEFAULT_ENGINE
 from slurmx.engines.base import KvOffload
 from slurmx.flags import Flags, render_flags
 from slurmx.plan import Point
-from slurmx.process import Process, ServerPorts
+from slurmx.process import Process, ServerPorts, loopback
 from slurmx.runtimes.base import Runtime
 
-TIER_ABSENT = "Mooncake's store counters are not collected: slurmx scrapes no Mooncake endpoint (never run here)"
 GIB = 1 << 30
 CONNECTOR = "MooncakeStoreConnector"
 CONFIG_ENV = "MOONCAKE_CONFIG_PATH"  # where the store's ranks read their config file
 CONFIG_NAME = "mooncake_config.json"  # under the point's run directory
 MASTER = "mooncake-master"
+METRICS = "mooncake-metrics"  # the master's HTTP metrics port
+# The master's counters (names as aiperf exports them: a counter without `_total`; these end in `_` and carry
+# none): GetReplicaList results served from the memory pool, one per KV block read back, and their bytes; its
+# key count and allocated bytes are gauges. Per master lifetime: read as deltas over the replay window.
+HIT_BLOCKS = "mem_cache_hit_nums_"
+TIER_COUNTERS = {"hit_blocks": HIT_BLOCKS, "hit_bytes": "mem_cache_hit_bytes", "gets": "total_get_nums_"}
+TIER_GAUGES = {"keys_max": "master_key_count", "allocated_bytes_max": "master_allocated_bytes"}
 # what the backend writes from the point itself, in the connector JSON and in the config file
 CONNECTOR_OWN = frozenset({"master_server_address", "global_segment_size_gb"})
 CONFIG_OWN = frozenset({"master_server_address", "global_segment_size", "local_buffer_size"})
+HOST = "127.0.0.1"
 _SIZE = re.compile(r"(\d+)GB")  # Mooncake's size text, as the scripts write it
 Scalar = str | int | float | bool
 
@@ -149,7 +160,7 @@ class Mooncake(BaseBackend[MooncakeSpec]):
     name = "mooncake"
     arm_model = MooncakeArm
     spec_model = MooncakeSpec
-    port_names = (MASTER,)
+    port_names = (MASTER, METRICS)
     connector = CONNECTOR
     own_env = (CONFIG_ENV,)
     # kv-offload-backend.version pins this wheel by default (vLLM's docs: the CUDA 12 build); CUDA 13 images
@@ -194,7 +205,10 @@ class Mooncake(BaseBackend[MooncakeSpec]):
         return (MASTER,)
 
     def servers(self, spec: MooncakeSpec, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
-        argv = [runtime.mooncake_master_bin, "--port", str(ports[MASTER]), *spec.master_flags]
+        # RPC on loopback: the node's own engine ranks are its only clients; metrics on a free port, not the fixed
+        # default 9003 (another master on the host, or anything else there, may hold it)
+        argv = [runtime.mooncake_master_bin, "--port", str(ports[MASTER]), "--rpc_address", HOST,
+                "--metrics_port", str(ports[METRICS]), *spec.master_flags]  # fmt: skip
         return [Process(MASTER, runtime.wrap(argv, MASTER), {}, None, 60)]
 
     def offload(self, spec: MooncakeSpec, ports: ServerPorts, engine: str) -> KvOffload | None:
@@ -263,15 +277,20 @@ class Mooncake(BaseBackend[MooncakeSpec]):
             knobs["connector-settings"] = settings
         return knobs
 
+    def metrics_urls(self, spec: MooncakeSpec, ports: ServerPorts) -> list[str]:
+        return [loopback(ports[METRICS], "/metrics")]
+
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
-        # slurmx scrapes no Mooncake endpoint (metrics_urls is empty): Mooncake cannot run on the local
-        # CPU stack, so no counter name of its store could be verified. The engine's side (its external
-        # prefix-cache hit tokens) still stands and says whether the tier served anything.
-        return TierReading(absent=TIER_ABSENT)
+        counters = {field: deltas[name] for field, name in TIER_COUNTERS.items() if name in deltas}
+        counters |= {field: gauges[name] for field, name in TIER_GAUGES.items() if name in gauges}
+        hits = counters.get("hit_blocks")
+        if hits is not None:  # blocks the store served the engine: its side of the hit figure, in blocks
+            return TierReading(counters, hit_blocks=hits)
+        return TierReading(counters, absent=f"no Mooncake master counter {HIT_BLOCKS} in the replay's metrics export")
 
 
 def _master(ports: ServerPorts) -> str:
-    return f"127.0.0.1:{ports[MASTER]}"
+    return f"{HOST}:{ports[MASTER]}"
 
 
 def _config_knobs(configs: list[Any], points: list[Point]) -> dict[str, Any]:

@@ -189,6 +189,21 @@ ENGINE_METRICS_WHY = (
     "serving endpoint's /metrics by itself and drops the duplicate (benchmark_lib.sh build_replay_cmd), so "
     "slurmx names only other servers' endpoints"
 )
+TIER_METRICS_WHY = (
+    "the script names aiperf no /metrics but the engine's, which aiperf scrapes at the serving endpoint by itself "
+    "(benchmark_lib.sh build_replay_cmd drops the duplicate); slurmx names the KV tier's own /metrics (the Mooncake "
+    "master's, on its metrics port), whose counters are the tier's side of the point's evidence"
+)
+MASTER_FLAG_WHY = {
+    "--rpc_address": (
+        "the master's RPC binds loopback: its only clients are the engine ranks on the same node, which reach it at "
+        "master_server_address 127.0.0.1:<port>; upstream leaves it on every interface"
+    ),
+    "--metrics_port": (
+        "run-time port: the master's /metrics (the tier's counters, scraped by aiperf beside the engine's) on a port "
+        "slurmx picks free on the node; upstream leaves Mooncake's fixed default 9003 and scrapes nothing there"
+    ),
+}
 REPLAY_INHERITS_WHY = (
     "a setting of the engine's stack at this point, which the script exports to its whole shell, so aiperf "
     "inherits it unread; slurmx gives it to the engine only"
@@ -255,6 +270,15 @@ def own_choice(diff: Difference) -> str | None:
         None,
     ) and diff.upstream in ENGINE_METRICS:
         return ENGINE_METRICS_WHY
+    # slurmx names a tier's /metrics where the script names the engine's own, or none
+    tier_url = bool(diff.slurmx and LOCAL_METRICS_URLS.match(diff.slurmx)) and diff.slurmx not in ENGINE_METRICS
+    engine_or_none = diff.upstream is None or diff.upstream in ENGINE_METRICS
+    if (diff.process, diff.item) == ("replay", "--server-metrics") and tier_url and engine_or_none:
+        return TIER_METRICS_WHY
+    if diff.process == mooncake.MASTER and diff.upstream is None and diff.item in MASTER_FLAG_WHY:
+        value = diff.slurmx or ""
+        if value == mooncake.HOST if diff.item == "--rpc_address" else value.isdigit():
+            return MASTER_FLAG_WHY[diff.item]
     if (diff.process, diff.item, diff.slurmx) == ("launcher", "env PORT", None) and (diff.upstream or "").isdigit():
         return LAUNCHER_PORT_WHY
     both = (diff.upstream or "", diff.slurmx or "")
