@@ -38,7 +38,7 @@ def test_plan_all_covers_every_shipped_key(capsys: pytest.CaptureFixture[str]) -
     assert per_key == {
         "kimik3-fp4-b300-vllm-agentic-dspark-lmcache": 4,
         "dsv4-fp4-b200-vllm-agentic-lmcache": 10,
-        "tiny-fp32-local-vllm-agentic-lmcache": 6,
+        "tiny-fp32-local-vllm-agentic-lmcache": 8,
         "tiny-fp32-local-vllm-agentic-multinode": 1,
         "kimik3-fp4-h200-vllm-agentic": 35,
         "dsv4-fp4-gb300-dynamo-vllm-agentic": 3,

@@ -40,5 +40,6 @@ def test_points_that_differ_only_in_concurrency_share_a_server_group() -> None:
         [("none", 2), ("none", 4)],
         [("lmcache", 2), ("lmcache", 4)],
         [("vllm-simple", 2), ("vllm-simple", 4)],
+        [("mooncake", 2), ("mooncake", 4)],
     ]
     assert [p for group in groups for p in group] == points  # plan order kept, nothing lost

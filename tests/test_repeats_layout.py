@@ -30,7 +30,7 @@ def test_repeat_n_lives_under_the_point_and_keeps_its_point_id(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("key", "points", "tasks", "mode"),
     [
-        ("tiny-fp32-local-vllm-agentic-lmcache", 6, 3, "back to back"),  # share-server: one task per arm's server
+        ("tiny-fp32-local-vllm-agentic-lmcache", 8, 4, "back to back"),  # share-server: one task per arm's server
         ("kimik3-fp4-b300-vllm-agentic-dspark-lmcache", 4, 4 * 3, "separate"),  # a task per point and repeat
     ],
 )

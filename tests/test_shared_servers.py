@@ -19,6 +19,7 @@ def test_points_whose_engine_argv_is_the_same_share_a_server() -> None:
         [("none", 2), ("none", 4)],
         [("lmcache", 2), ("lmcache", 4)],
         [("vllm-simple", 2), ("vllm-simple", 4)],
+        [("mooncake", 2), ("mooncake", 4)],
     ]
 
 

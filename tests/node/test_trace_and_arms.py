@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from slurmx.config.load import load_clusters, load_masters
+from slurmx.node import provision
 from slurmx.node.launch import launch_plan
 from slurmx.node.trace import synthetic_trace
 from slurmx.plan import expand
@@ -20,7 +21,9 @@ from slurmx.recipes.resolve import resolve
 from slurmx.runtimes import runtime_for
 
 ROOT = Path(__file__).resolve().parents[2]
-PORTS = ServerPorts(engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888})
+PORTS = ServerPorts(
+    engine=8888, named={"lmcache": 20888, "lmcache-http": 21888, "mooncake-master": 22888, "mooncake-metrics": 23888}
+)
 
 
 def test_trace_sessions_share_a_prefix_and_grow_turn_by_turn() -> None:
@@ -70,7 +73,9 @@ def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path)
 
     plan = launch_plan(resolve(mooncake, recipes), PORTS, runtime)
     assert [p.name for p in plan.servers] == ["mooncake-master", "engine"]
-    assert "mooncake_master --port 22888" in shlex.join(plan.servers[0].argv)
+    assert "mooncake_master --port 22888 --rpc_address 127.0.0.1 --metrics_port 23888" in shlex.join(
+        plan.servers[0].argv
+    )
     argv = plan.engine.argv
     connector = json.loads(argv[argv.index("--kv-transfer-config") + 1])
     assert connector["kv_connector"] == "MooncakeStoreConnector"
@@ -95,8 +100,42 @@ def test_the_local_vllm_simple_arm_runs_vllms_connector_with_the_stacks_shim_on_
     connector = json.loads(argv[argv.index("--kv-transfer-config") + 1])
     assert connector == {"kv_connector": "SimpleCPUOffloadConnector", "kv_role": "kv_both",
                          "kv_connector_extra_config": {"cpu_bytes_to_use_per_rank": 2 * 10**9}}  # fmt: skip
-    assert plan.engine.env["PYTHONPATH"] == "/srv/stack/shims/vllm-cpu-offload"  # scripts/local-stack.sh's
+    # scripts/local-stack.sh's shim, then its Mooncake site
+    assert plan.engine.env["PYTHONPATH"] == "/srv/stack/shims/vllm-cpu-offload:/srv/stack/mooncake-site"
     assert spec.block_size == 128  # what turns the connector's block counters into tokens
+
+
+def test_the_local_mooncake_arm_runs_the_stacks_master_and_the_config_that_worked_by_hand(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SLURMX_STACK", "/srv/stack")
+    masters = load_masters([ROOT / "configs/local-master.yaml"])
+    clusters = load_clusters(ROOT / "configs/clusters.yaml")
+    points = expand(["tiny-fp32-local-vllm-agentic-lmcache"], masters, clusters)
+    moon = [p for p in points if p.backend_name == "mooncake"]
+    assert [p.conc for p in moon] == [2, 4]
+    spec = resolve(moon[0], load_recipes(ROOT / "jobs"))
+    runtime = runtime_for(clusters.profiles["cluster:local"], moon[0].image)
+    plan = launch_plan(spec, PORTS, runtime, run_dir=tmp_path)
+    master, engine = plan.servers
+    assert master.argv == ["/srv/stack/mooncake-site/mooncake/mooncake_master", "--port", "22888",
+                           "--rpc_address", "127.0.0.1", "--metrics_port", "23888"]  # fmt: skip
+    argv = engine.argv
+    assert json.loads(argv[argv.index("--kv-transfer-config") + 1]) == {
+        "kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {},
+    }  # fmt: skip
+    # docs/local-stack.md's config file and env (the 2 GB budget: a 1 GB segment and a 1 GB local buffer)
+    path = engine.env["MOONCAKE_CONFIG_PATH"]
+    assert json.loads(engine.files[path]) == {
+        "master_server_address": "127.0.0.1:22888", "global_segment_size": "1GB", "local_buffer_size": "1GB",
+        "metadata_server": "P2PHANDSHAKE", "protocol": "tcp", "device_name": "",
+    }  # fmt: skip
+    assert engine.env["VLLM_HOST_IP"] == "127.0.0.1"
+    assert engine.env["PYTHONPATH"] == "/srv/stack/shims/vllm-cpu-offload:/srv/stack/mooncake-site"
+    # the import check sees the engine's path, else mooncake.store (outside the venv) fails it
+    checks = [s for s in provision.plan(spec, runtime) if s.item == "import-check mooncake.store"]
+    assert [s.process.env.get("PYTHONPATH") for s in checks] == [engine.env["PYTHONPATH"]]
 
 
 def _routed_plan(tmp_path: Path, router: dict[str, str] | None):  # type: ignore[no-untyped-def]
