@@ -304,3 +304,12 @@ def test_lmcache_l1_fraction_is_the_shortest_the_budgets_allow_or_refused() -> N
     assert l1_fraction([(budgets[0], 1, 2399)]) == 1
     with pytest.raises(ValueError, match="follows no int"):  # a reserve off the budget is no fraction of it
         l1_fraction([(p, 1, p.total_cpu_dram_gb - 64) for p in budgets])
+
+
+def test_a_mooncake_arm_may_not_pass_the_masters_own_ports_or_address() -> None:
+    arm = MooncakeArm(master_flags={"--metrics_port": 9003, "-rpc_address": "0.0.0.0", "--eviction_ratio": 0.1})
+    problems = MOONCAKE.check_arm(arm, {}, {}, 128)
+    assert [(p.field, p.message) for p in problems] == [
+        (("master-flags", "--metrics_port"), "--metrics_port is set by the backend"),
+        (("master-flags", "-rpc_address"), "-rpc_address is set by the backend"),
+    ]

@@ -53,6 +53,7 @@ METRICS = "mooncake-metrics"  # the master's HTTP metrics port
 # The master's counters (names as aiperf exports them: a counter without `_total`; these end in `_` and carry
 # none): GetReplicaList results served from the memory pool, one per KV block read back, and their bytes; its
 # key count and allocated bytes are gauges. Per master lifetime: read as deltas over the replay window.
+OWN_MASTER_FLAGS = frozenset({"port", "rpc_port", "rpc_address", "metrics_port"})  # what servers() passes itself
 HIT_BLOCKS = "mem_cache_hit_nums_"
 TIER_COUNTERS = {"hit_blocks": HIT_BLOCKS, "hit_bytes": "mem_cache_hit_bytes", "gets": "total_get_nums_"}
 TIER_GAUGES = {"keys_max": "master_key_count", "allocated_bytes_max": "master_allocated_bytes"}
@@ -175,7 +176,11 @@ class Mooncake(BaseBackend[MooncakeSpec]):
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         # the node names the file it writes; a recipe's own path would point the ranks at another config
-        return [ArmProblem(("env", name), f"{name} is set by the backend") for name in self.own_env if name in env]
+        problems = [ArmProblem(("env", name), f"{name} is set by the backend") for name in self.own_env if name in env]
+        if isinstance(arm, MooncakeArm):  # the master's ports and address are the node's choice, once
+            problems += [ArmProblem(("master-flags", flag), f"{flag} is set by the backend")
+                         for flag in arm.master_flags if flag.lstrip("-") in OWN_MASTER_FLAGS]  # fmt: skip
+        return problems
 
     def spec(self, arm: Arm, point: Point) -> MooncakeSpec:
         assert isinstance(arm, MooncakeArm)
