@@ -9,6 +9,7 @@ from slurmx import backends
 from slurmx.backends import mooncake
 from slurmx.backends.vllm_simple import LOAD_BLOCKS
 from slurmx.results import prometheus
+from slurmx.results.server_metrics import tier_counters
 
 MOONCAKE_DATA = Path(__file__).parents[1] / "data" / "mooncake"  # real dumps of the local round trip (README.md)
 
@@ -69,3 +70,24 @@ def test_mooncake_without_its_masters_counter_says_why_and_has_no_figure() -> No
     reading = backends.get("mooncake").tier_reading(deltas, gauges)
     assert reading.hit_blocks is None and reading.hit_tokens is None and reading.counters == {}
     assert reading.absent is not None and mooncake.HIT_BLOCKS in reading.absent
+
+
+def test_mooncake_reads_its_masters_counters_from_slurmx_own_scrapes_of_its_metrics() -> None:
+    # aiperf 0.13 never exports the master (its HEAD probe gets a stray body back: "unreachable"); the node's
+    # own before/after GETs are the window. A fresh master's counters start at zero: before is empty.
+    after = (MOONCAKE_DATA / "master_metrics.prom").read_text()
+    tier = tier_counters({}, (("", after),))
+    # a `# TYPE ... counter` family without `_total` is a counter, its delta the window's
+    assert tier.delta[mooncake.HIT_BLOCKS] == 20.0 and mooncake.HIT_BLOCKS not in tier.gauge_max
+    reading = backends.get("mooncake").tier_reading(tier.delta, tier.gauge_max)
+    assert reading.hit_blocks == 20.0 and reading.absent is None
+    half = after.replace(f"\n{mooncake.HIT_BLOCKS} 20\n", f"\n{mooncake.HIT_BLOCKS} 8\n")
+    assert half != after and tier_counters({}, ((half, after),)).delta[mooncake.HIT_BLOCKS] == 12.0
+
+
+def test_a_tier_scrape_missing_on_either_side_falls_back_to_aiperfs_export() -> None:
+    after = (MOONCAKE_DATA / "master_metrics.prom").read_text()
+    export = {"metrics": {"lmcache_mp_lookup_hit_tokens": {"type": "counter", "series": [{"stats": {"total": 64.0}}]}}}
+    for scrapes in ((None, after),), (("", None),), ():
+        tier = tier_counters(export, scrapes)
+        assert tier.delta == {"lmcache_mp_lookup_hit_tokens": 64.0}, scrapes

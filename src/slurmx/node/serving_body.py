@@ -269,7 +269,9 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
     member.replay = process
     member.working_set_tokens = working_set
     metrics_url = servers.engine_direct_url + spec.implementation.engine.metrics_path
+    tier_urls = spec.implementation.backend.metrics_urls(spec.backend, servers.ports)
     before = loopback.get_text(metrics_url)
+    tier_before = [loopback.get_text(url) for url in tier_urls]
     started = time.time()
     try:
         with Supervisor(
@@ -309,10 +311,13 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
         keep_partial(member, servers, ReplayWindow(started, ended, before), str(exc))
         raise
     after = loopback.get_text(metrics_url)
+    tier = tuple(zip(tier_before, [loopback.get_text(url) for url in tier_urls], strict=True))
     if code != 0:
         tail = (managed.log_tail(3).strip().splitlines() or ["no output"])[-1]
         raise PointFailed(f"aiperf exited with code {code}: {tail}")
-    return ReplayWindow(started_at=started, ended_at=ended, engine_metrics_before=before, engine_metrics_after=after)
+    return ReplayWindow(
+        started_at=started, ended_at=ended, engine_metrics_before=before, engine_metrics_after=after, tier_metrics=tier
+    )
 
 
 def _interrupted(signum: int) -> str:

@@ -52,10 +52,10 @@ from slurmx.results.schema import (
 )
 from slurmx.results.server_metrics import (
     _warnings,
-    counters_from_export,
     export_sources,
     metrics_export,
     server_metrics_from,
+    tier_counters,
 )
 from slurmx.results.server_metrics import compute_server_metrics as compute_server_metrics
 from slurmx.results.server_metrics import engine_counters as engine_counters
@@ -110,6 +110,8 @@ class ReplayWindow:
     ended_at: float | None = None
     engine_metrics_before: str | None = None
     engine_metrics_after: str | None = None
+    # (before, after) of each of the KV tier's /metrics URLs, in the backend's order
+    tier_metrics: tuple[tuple[str | None, str | None], ...] = ()
 
 
 def build_result(
@@ -157,10 +159,9 @@ def build_result(
     # what InferenceX's gate and its required-metrics check read, so any later judge can apply them
     meta.aiperf_counts = aiperf_counts(artifact_dir / PROFILE_JSON)
     meta.metrics_export = metrics_export(artifact_dir, names)
-    # the tier's own counters reach us through aiperf's export (it scrapes the backend's /metrics)
-    exported = counters_from_export(server_export, names.rank_label)
+    tier = tier_counters(server_export, window.tier_metrics, names.rank_label)
     meta.evidence = build_evidence(
-        point.backend_name, server_metrics, exported.delta, exported.gauge_max, arm or ArmInputs(), engine
+        point.backend_name, server_metrics, tier.delta, tier.gauge_max, arm or ArmInputs(), engine
     )
     backend = point.kv_offload_backend
     dataset = (profile.get("metadata") or {}).get("dataset") if isinstance(profile, dict) else None

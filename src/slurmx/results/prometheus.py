@@ -45,6 +45,17 @@ def iter_samples(text: str) -> Iterator[Sample]:
             raise PrometheusParseError(f"line {number}: {exc}: {raw[:120]!r}") from None
 
 
+def counter_families(text: str) -> set[str]:
+    """The names `# TYPE NAME counter` declares: a counter exposed without the `_total` suffix (Mooncake's
+    master writes `mem_cache_hit_nums_ 20`) is still a counter."""
+    out: set[str] = set()
+    for raw in text.splitlines():
+        parts = raw.split()
+        if len(parts) == 4 and parts[:2] == ["#", "TYPE"] and parts[3] == "counter":
+            out.add(parts[2])
+    return out
+
+
 def _parse_line(line: str) -> Sample:
     brace = line.find("{")
     space = line.find(" ")

@@ -63,9 +63,10 @@ def counters_from_scrapes(before: str, after: str, rank_label: str = "engine") -
     """after - before for every counter series; gauges from `after`."""
     out = _Counters(rank_label)
     start = {(s.name, s.labels): s.value for s in prometheus.iter_samples(before)}
+    declared = prometheus.counter_families(after)
     for s in prometheus.iter_samples(after):
         out.names.add(_strip_total(s.name))
-        if s.name.endswith("_total"):
+        if s.name.endswith("_total") or s.name in declared:
             name = _strip_total(s.name)
             delta = s.value - start.get((s.name, s.labels), 0.0)
             if delta < 0:  # counter reset (engine restarted between scrapes): count from zero
@@ -147,6 +148,32 @@ def requests_by_rank(counters: _Counters, metrics: EngineMetrics | None = None) 
         if len(ranks) > 1
         else None
     )
+
+
+def tier_counters(
+    export: dict[str, Any], scrapes: Sequence[tuple[str | None, str | None]], rank_label: str = "engine"
+) -> _Counters:
+    """The KV tier's counters: the before/after scrapes of its /metrics when all of them exist (the engine's
+    window, and servers aiperf cannot read: Mooncake's master answers HEAD with a stray body, which aiperf
+    0.13 counts as unreachable), else aiperf's export of them."""
+    exported = counters_from_export(export, rank_label)
+    pairs = [(b, a) for b, a in scrapes if b is not None and a is not None]
+    if not pairs or len(pairs) != len(scrapes):
+        return exported
+    out = _Counters(rank_label)
+    try:
+        parts = [counters_from_scrapes(before, after, rank_label) for before, after in pairs]
+    except prometheus.PrometheusParseError:
+        return exported
+    for part in parts:
+        out.names |= part.names
+        for name, value in part.delta.items():
+            out.delta[name] = out.delta.get(name, 0.0) + value
+        for name, value in part.gauge_max.items():
+            out.gauge_max[name] = max(out.gauge_max.get(name, -math.inf), value)
+    for name, value in exported.gauge_max.items():  # gauges seen over the whole window beat a single scrape
+        out.gauge_max[name] = max(out.gauge_max.get(name, -math.inf), value)
+    return out
 
 
 def engine_counters(
