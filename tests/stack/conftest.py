@@ -127,11 +127,13 @@ class StackEnv:
             if backend == "none":
                 entries.append({"tp": 1, "kv-offloading": "none", "conc-list": concs})
             else:
+                # the stack's LMCache is pinned; vllm-simple is vLLM's own and Mooncake's wheel the stack's
+                pin = {"version": "0.5.6"} if backend == "lmcache" else {}
                 entries.append(
                     {
                         "tp": 1,
                         "kv-offloading": "dram",
-                        "kv-offload-backend": {"name": backend, "version": "0.5.6"},
+                        "kv-offload-backend": {"name": backend, **pin},
                         "conc-list": concs,
                     }
                 )

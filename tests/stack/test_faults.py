@@ -71,6 +71,28 @@ def _completed_requests(export: Path) -> int:
     return done
 
 
+@pytest.mark.parametrize("backend", ["vllm-simple", "mooncake"])
+def test_a_cancel_mid_replay_of_an_offload_arm_leaves_no_process(stack_env: StackEnv, backend: str) -> None:
+    """The arms beside LMCache: vLLM's own CPU pool (in the engine), Mooncake's master (its own process) and the
+    engine's embedded store; a cancel while aiperf replays takes every one of them down."""
+    key = f"cancel-{backend}"
+    _one_point(stack_env, key, backend=backend)
+    point = _stage(stack_env, key, "replay")
+    assert point["stage"] == "replay", point
+    points = next(stack_env.results.rglob(f"points/{point['point_id']}"))
+    if backend == "mooncake":  # the master really ran: its own process, its own log
+        assert (points / "commands/mooncake-master.txt").exists()
+        assert "Master service started" in (points / "logs/mooncake-master.log").read_text(errors="replace")
+    assert stack_env.slurmx("cancel", key, "--results", str(stack_env.results))[0] == 0
+    point = _ended(stack_env, key)
+    assert point["state"] == "cancelled" and "SIGTERM" in (point["reason"] or ""), point
+    _no_survivors(stack_env, point)
+    teardown = json.loads((points / "teardown.json").read_text())
+    assert teardown["survivors"] == [], teardown
+    if backend == "mooncake":  # stopped by the teardown, or gone already with the job step's SIGTERM
+        assert "mooncake-master" in teardown["terminated"] + teardown["already_exited"], teardown
+
+
 WITHOUT_CONNECTOR = ROOT / "tests/data/launchers/vllm_without_connector.py"
 
 
