@@ -50,7 +50,7 @@ def test_a_new_sweep_records_provenance_and_every_point(inputs: Inputs, tmp_path
     assert record.config_files == {str(MASTER.resolve()): hashlib.sha256(MASTER.read_bytes()).hexdigest()}
     assert record.clusters_file == {str(CLUSTERS.resolve()): hashlib.sha256(CLUSTERS.read_bytes()).hexdigest()}
     assert (record.cluster_label, record.cluster_profile) == ("cluster:local", profile)
-    assert record.point_ids == [p.point_id for p in points] and len(record.point_ids) == 6
+    assert record.point_ids == [p.point_id for p in points] and len(record.point_ids) == 8  # four arms x conc 2, 4
     assert record.submissions == []
 
 
