@@ -16,7 +16,7 @@ MOONCAKE_DATA = Path(__file__).parents[1] / "data" / "mooncake"  # real dumps of
 
 def test_lmcache_without_its_lookup_counter_says_why_and_has_no_figure() -> None:
     reading = backends.get("lmcache").tier_reading({}, {})
-    assert reading.absent == "no LMCache lookup counter in the replay's metrics export"
+    assert reading.absent == "no LMCache lookup counter in its /metrics"
     assert reading.hit_tokens is None and reading.hit_blocks is None
     reading = backends.get("lmcache").tier_reading({"lmcache_mp_lookup_hit_tokens": 1280.0}, {})
     assert (reading.hit_tokens, reading.hit_blocks, reading.absent) == (1280.0, None, None)

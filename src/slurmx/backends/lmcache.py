@@ -337,7 +337,7 @@ class LMCache(BaseBackend[LMCacheSpec]):
         counters = {field: deltas[name] for field, name in TIER_COUNTERS.items() if name in deltas}
         counters |= {field: gauges[name] for field, name in TIER_GAUGES.items() if name in gauges}
         hits = counters.get("lookup_hit_tokens")
-        absent = None if hits is not None else "no LMCache lookup counter in the replay's metrics export"
+        absent = None if hits is not None else "no LMCache lookup counter in its /metrics"
         return TierReading(counters, hits, absent)
 
 

@@ -9,8 +9,8 @@ Two ways a script configures the embedded store, both an arm of this backend:
   and the arm's other settings (mode, protocol, device_name, ...), as InferenceX's MiniMax-M3 and Kimi-K3
   scripts write theirs.
 
-The tier's own side is the master's /metrics (its `-metrics_port`, a free port of the node), which aiperf scrapes
-beside the engine's: `mem_cache_hit_nums_` counts the stored KV blocks the master served back to the engine
+The tier's own side is the master's /metrics (its `-metrics_port`, a free port of the node), which the node scrapes
+right before and after the replay (aiperf 0.13 cannot read it): `mem_cache_hit_nums_` counts the stored KV blocks the master served back to the engine
 (docs/local-stack.md, measured with vLLM 0.32 CPU and mooncake-transfer-engine-non-cuda 0.3.13.post1).
 """
 
@@ -50,8 +50,7 @@ CONFIG_ENV = "MOONCAKE_CONFIG_PATH"  # where the store's ranks read their config
 CONFIG_NAME = "mooncake_config.json"  # under the point's run directory
 MASTER = "mooncake-master"
 METRICS = "mooncake-metrics"  # the master's HTTP metrics port
-# The master's counters (names as aiperf exports them: a counter without `_total`; these end in `_` and carry
-# none): GetReplicaList results served from the memory pool, one per KV block read back, and their bytes; its
+# The master's counters (by family name: these end in `_` and carry no `_total`): GetReplicaList results served from the memory pool, one per KV block read back, and their bytes; its
 # key count and allocated bytes are gauges. Per master lifetime: read as deltas over the replay window.
 OWN_MASTER_FLAGS = frozenset({"port", "rpc_port", "rpc_address", "metrics_port"})  # what servers() passes itself
 HIT_BLOCKS = "mem_cache_hit_nums_"
@@ -291,7 +290,7 @@ class Mooncake(BaseBackend[MooncakeSpec]):
         hits = counters.get("hit_blocks")
         if hits is not None:  # blocks the store served the engine: its side of the hit figure, in blocks
             return TierReading(counters, hit_blocks=hits)
-        return TierReading(counters, absent=f"no Mooncake master counter {HIT_BLOCKS} in the replay's metrics export")
+        return TierReading(counters, absent=f"no Mooncake master counter {HIT_BLOCKS} in the master's /metrics")
 
 
 def _master(ports: ServerPorts) -> str:

@@ -47,6 +47,11 @@ class _Counters:
     def get(self, name: str) -> float | None:
         return self.delta.get(name)
 
+    def merge_gauges(self, gauges: dict[str, float]) -> None:
+        """Each gauge's maximum over both: gauges seen over the whole window beat a single scrape."""
+        for name, value in gauges.items():
+            self.gauge_max[name] = max(self.gauge_max.get(name, -math.inf), value)
+
     def add(self, name: str, labels: dict[str, str], value: float) -> None:
         self.delta[name] = self.delta.get(name, 0.0) + value
         for key, buckets in (("source", self.by_source), (self.rank_label, self.by_engine)):
@@ -169,10 +174,8 @@ def tier_counters(
         out.names |= part.names
         for name, value in part.delta.items():
             out.delta[name] = out.delta.get(name, 0.0) + value
-        for name, value in part.gauge_max.items():
-            out.gauge_max[name] = max(out.gauge_max.get(name, -math.inf), value)
-    for name, value in exported.gauge_max.items():  # gauges seen over the whole window beat a single scrape
-        out.gauge_max[name] = max(out.gauge_max.get(name, -math.inf), value)
+        out.merge_gauges(part.gauge_max)
+    out.merge_gauges(exported.gauge_max)
     return out
 
 
@@ -189,9 +192,7 @@ def engine_counters(
             counters, source = counters_from_scrapes(before, after, rank_label), "scrape-delta"
         except prometheus.PrometheusParseError as exc:
             raise ArtifactError(f"the engine's /metrics scrape does not parse: {exc}") from None
-        # gauges seen over the whole window beat a single scrape
-        for name, value in exported.gauge_max.items():
-            counters.gauge_max[name] = max(counters.gauge_max.get(name, -math.inf), value)
+        counters.merge_gauges(exported.gauge_max)
     elif exported.names:
         counters, source = exported, "aiperf-export"
     else:

@@ -192,7 +192,7 @@ ENGINE_METRICS_WHY = (
 TIER_METRICS_WHY = (
     "the script names aiperf no /metrics but the engine's, which aiperf scrapes at the serving endpoint by itself "
     "(benchmark_lib.sh build_replay_cmd drops the duplicate); slurmx names the KV tier's own /metrics (the Mooncake "
-    "master's, on its metrics port), whose counters are the tier's side of the point's evidence"
+    "master's, on its metrics port), whose counters, scraped by the node too, are the tier's side of the evidence"
 )
 MASTER_FLAG_WHY = {
     "--rpc_address": (
@@ -200,7 +200,7 @@ MASTER_FLAG_WHY = {
         "master_server_address 127.0.0.1:<port>; upstream leaves it on every interface"
     ),
     "--metrics_port": (
-        "run-time port: the master's /metrics (the tier's counters, scraped by aiperf beside the engine's) on a port "
+        "run-time port: the master's /metrics (the tier's counters, scraped by the node before and after the replay) on a port "
         "slurmx picks free on the node; upstream leaves Mooncake's fixed default 9003 and scrapes nothing there"
     ),
 }
