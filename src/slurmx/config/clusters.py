@@ -39,7 +39,7 @@ class SlurmProfile(_Model):
     share_server: bool = False  # one job runs all concurrencies of a serving config on one server
     signal_delay_s: PositiveInt = 120  # SIGUSR2 this long before the time limit, so teardown runs
     # the cluster's KillWait (Slurm's default 30): scancel's SIGTERM, then SIGKILL this much later;
-    # the body fits the replay's graceful stop and the partial result into it
+    # the body fits the replay's graceful stop, the partial result and the servers' teardown into it
     kill_wait_s: PositiveInt = 30
     cpus_per_task: PositiveInt | None = None
     # The NUMA requirement of the node: at least this many sockets (sbatch --sockets-per-node), checked

@@ -35,7 +35,7 @@ from slurmx.node.multinode import Rendezvous, node_address, this_task
 from slurmx.node.ports import free_ports
 from slurmx.node.preflight import preflight
 from slurmx.node.recorder import PointFailed, StageRecorder
-from slurmx.node.supervisor import JobInterrupted, Managed, Supervisor, SupervisorError
+from slurmx.node.supervisor import JOB_TEARDOWN_GRACE_S, JobInterrupted, Managed, Supervisor, SupervisorError
 from slurmx.node.trace import synthetic_trace, working_set_tokens, write_trace
 from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
@@ -52,9 +52,11 @@ REPLAY_GRACE_S = 900  # on top of the replay's own duration, for aiperf's start-
 # which it cancels what is in flight, flushes its records and writes its aggregates) and this long to
 # exit before SIGKILL; whatever it wrote becomes the partial result. After scancel's SIGTERM, Slurm
 # SIGKILLs the whole job KillWait seconds later, so on a signal the wait is also bounded by the
-# profile's kill-wait-s less what the body needs afterwards (the partial result, the point's state).
+# profile's kill-wait-s less what the body needs afterwards: the partial result and the point's state,
+# then the servers' teardown (their grace, their SIGKILL and teardown.json).
 REPLAY_STOP_GRACE_S = 20.0
 RESULT_RESERVE_S = 2.0
+SERVERS_TEARDOWN_RESERVE_S = JOB_TEARDOWN_GRACE_S + 1.0
 READY_POLL_S = 1.0  # between health probes of a starting server
 PEER_REPORT_WAIT_S = 5.0  # when the head's engine dies, how long a failing node gets to say why (the cause)
 
@@ -236,8 +238,9 @@ def check_servers(servers: Servers, supervisor: Supervisor, context: str) -> Non
 def replay_stop_grace(member: Member) -> float:
     """How long teardown waits for the replay's graceful stop (see REPLAY_STOP_GRACE_S)."""
     slurm = member.record.cluster_profile.slurm
-    kill_wait = slurm.kill_wait_s if slurm is not None else REPLAY_STOP_GRACE_S + RESULT_RESERVE_S
-    return max(0.5, min(REPLAY_STOP_GRACE_S, kill_wait - RESULT_RESERVE_S))
+    after = RESULT_RESERVE_S + SERVERS_TEARDOWN_RESERVE_S
+    kill_wait = slurm.kill_wait_s if slurm is not None else REPLAY_STOP_GRACE_S + after
+    return max(0.5, min(REPLAY_STOP_GRACE_S, kill_wait - after))
 
 
 def _peer_cause(peers: Rendezvous) -> str | None:

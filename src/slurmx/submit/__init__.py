@@ -95,9 +95,9 @@ def check_cluster(resolved: list[Resolved], inputs: Inputs) -> None:
 
 
 def check_kill_wait(resolved: list[Resolved], inputs: Inputs, kill_wait_s: int | None) -> None:
-    """The job body fits the replay's graceful stop and the partial result into the profile's kill-wait-s;
-    on a cluster whose KillWait is shorter, Slurm's SIGKILL would cut that teardown short and leave the
-    replay's processes behind. Refused, naming the profile's field."""
+    """The job body fits the replay's graceful stop, the partial result and the servers' teardown into the
+    profile's kill-wait-s; on a cluster whose KillWait is shorter, Slurm's SIGKILL would cut that teardown
+    short and leave the replay's processes behind. Refused, naming the profile's field."""
     for item in resolved:
         slurm = item.profile.slurm
         if kill_wait_s is None or slurm is None or item.serving is None or slurm.kill_wait_s <= kill_wait_s:
