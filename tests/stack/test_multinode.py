@@ -16,6 +16,7 @@ import pytest
 
 from slurmx.node.multinode import node_address
 from slurmx.results.schema import Result
+from tests.helpers.jobs import wait_left_queue
 from tests.stack.conftest import MULTINODE_RECIPE, StackEnv, job_processes, kill, process_with_arg
 
 pytestmark = pytest.mark.stack
@@ -112,6 +113,7 @@ def test_multinode_scancel_during_replay_leaves_nothing_on_either_node(stack_env
     point = _ended(stack_env, "mn-cancel")
     assert point["state"] == "cancelled", point
     assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
+    assert wait_left_queue({point["job_id"].split("_")[0]}) == set()  # each node's body has written its record
     pdir = _point_dir(stack_env, point)
     assert (pdir / "teardown.json").exists() and (pdir / "nodes" / "node02" / "teardown.json").exists()
 
