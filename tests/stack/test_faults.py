@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,28 @@ def _logs(env: StackEnv, point: dict[str, Any]) -> Path:
     return next(env.results.rglob(f"points/{point['point_id']}/logs"))
 
 
+def _struck_in_replay(
+    env: StackEnv, keys: list[str], strike: Callable[[str, dict[str, Any]], None], timeout_s: float = 420
+) -> dict[str, float]:
+    """Each point of `keys` struck as soon as it replays: point id -> when. A key per job runs the jobs side by side
+    (CI time; the local profiles' array-parallelism is 1, so one key's jobs run one after another)."""
+    struck: dict[str, float] = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        points = [(key, point) for key in keys for point in env.status(key)]
+        if len(struck) == len(points):
+            return struck
+        assert time.monotonic() < deadline, points
+        for key, point in points:
+            if point["point_id"] in struck:
+                continue
+            assert point["state"] not in ("failed", "completed") and point["stage"] != "done", point
+            if point["stage"] == "replay":
+                struck[point["point_id"]] = time.time()
+                strike(key, point)
+        time.sleep(0.5)
+
+
 def test_scancel_during_engine_startup(stack_env: StackEnv) -> None:
     _one_point(stack_env, "cancel-startup")
     point = _stage(stack_env, "cancel-startup", "engine")
@@ -75,36 +98,23 @@ def _completed_requests(export: Path) -> int:
 
 def test_a_cancel_mid_replay_of_each_offload_arm_leaves_no_process(stack_env: StackEnv) -> None:
     """The arms beside LMCache: vLLM's own CPU pool (in the engine), Mooncake's master (its own process) and the
-    engine's embedded store; a cancel while aiperf replays takes every one of them down. One key, the two arms'
-    jobs side by side on the two nodes (CI time), each cancelled by its point id once it replays."""
-    key = "cancel-offload"
+    engine's embedded store; a cancel while aiperf replays takes every one of them down. A key per arm: the two
+    jobs side by side (an array runs one task at a time here), each cancelled by its point id once it replays."""
+    keys = ["cancel-vllm-simple", "cancel-mooncake"]
     stack_env.recipe(**{"replay.sessions-per-conc": 24})
-    stack_env.key(key, [("vllm-simple", [2]), ("mooncake", [2])])
-    stack_env.submit(key)
-    cancelled_at: dict[str, float] = {}
-    deadline = time.monotonic() + 420
-    while len(cancelled_at) < 2:
-        assert time.monotonic() < deadline, stack_env.status(key)
-        for point in stack_env.status(key):
-            if point["point_id"] in cancelled_at:
-                continue
-            assert point["state"] not in ("failed", "completed") and point["stage"] != "done", point
-            if point["stage"] != "replay":
-                continue
+    for key in keys:
+        stack_env.key(key, [(key.removeprefix("cancel-"), [2])])
+        stack_env.submit(key)
+
+    def cancel(key: str, point: dict[str, Any]) -> None:
+        if point["backend"] == "mooncake":  # the master really ran: its own process, its own log
             pdir = next(stack_env.results.rglob(f"points/{point['point_id']}"))
-            if point["backend"] == "mooncake":  # the master really ran: its own process, its own log
-                assert (pdir / "commands/mooncake-master.txt").exists()
-                assert "Master service started" in (pdir / "logs/mooncake-master.log").read_text(errors="replace")
-            cancelled_at[point["point_id"]] = time.time()
-            assert stack_env.slurmx("cancel", point["point_id"], "--results", str(stack_env.results))[0] == 0
-        time.sleep(0.5)
-    ended = stack_env.wait_for(
-        key,
-        lambda s: all(
-            p["state"] not in ("pending", "running") and p["stage"] in ("done", "failed", "cancelled") for p in s
-        ),
-        timeout_s=180,
-    )
+            assert (pdir / "commands/mooncake-master.txt").exists()
+            assert "Master service started" in (pdir / "logs/mooncake-master.log").read_text(errors="replace")
+        assert stack_env.slurmx("cancel", point["point_id"], "--results", str(stack_env.results))[0] == 0
+
+    cancelled_at = _struck_in_replay(stack_env, keys, cancel)
+    ended = [_ended(stack_env, key) for key in keys]
     assert wait_left_queue({p["job_id"].split("_")[0] for p in ended}) == set()  # every body has exited
     for point in ended:
         assert point["state"] == "cancelled" and "SIGTERM" in (point["reason"] or ""), point
@@ -181,45 +191,53 @@ def test_an_arm_without_its_connector_is_refused_and_a_cancelled_replay_keeps_it
     assert json.loads((points / "aiperf/profile_export_aiperf.json").read_text())["was_cancelled"] is True
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR2])
-def test_signal_to_the_job_tears_everything_down(stack_env: StackEnv, signum: int) -> None:
-    key = f"signal-{signum.name.lower()}"
-    _one_point(stack_env, key, backend="none")
-    point = _stage(stack_env, key, "replay")
-    subprocess.run(["scancel", "--signal", signum.name.removeprefix("SIG"), point["job_id"]], check=True)
-    point = stack_env.wait_for(key, lambda s: s[0]["stage"] == "cancelled", timeout_s=120)[0]
-    expected = "time limit near (SIGUSR2)" if signum == signal.SIGUSR2 else "interrupted by SIGTERM"
-    assert point["reason"] == expected
-    # After SIGUSR2 the job waits for Slurm's time limit with nothing running; check, then end it.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        left = [p for p in job_processes(point["job_id"])]
-        if not left:
-            break
-        time.sleep(0.5)
-    assert job_processes(point["job_id"]) == []
-    # A job waiting out its time limit after SIGUSR2 is still cancellable by key.
-    code, out, _ = stack_env.slurmx("cancel", key, "--results", str(stack_env.results))
-    assert code == 0
-    if signum == signal.SIGUSR2:
-        assert "cancelled 1 job" in out
-    stack_env.wait_for(key, lambda s: s[0]["state"] not in ("running", "pending"), timeout_s=60)
+def test_a_signal_to_the_job_tears_everything_down(stack_env: StackEnv) -> None:
+    """scancel's SIGTERM and the time limit's SIGUSR2, each to its own job's replay (the two keys side by side)."""
+    signals = {"signal-sigterm": signal.SIGTERM, "signal-sigusr2": signal.SIGUSR2}
+    stack_env.recipe(**{"replay.sessions-per-conc": 24})
+    for key in signals:
+        stack_env.key(key, [("none", [2])])
+        stack_env.submit(key)
+
+    def send(key: str, point: dict[str, Any]) -> None:
+        subprocess.run(["scancel", "--signal", signals[key].name.removeprefix("SIG"), point["job_id"]], check=True)
+
+    _struck_in_replay(stack_env, list(signals), send)
+    for key, signum in signals.items():
+        point = stack_env.wait_for(key, lambda s: s[0]["stage"] == "cancelled", timeout_s=120)[0]
+        expected = "time limit near (SIGUSR2)" if signum == signal.SIGUSR2 else "interrupted by SIGTERM"
+        assert point["reason"] == expected
+        # After SIGUSR2 the job waits for Slurm's time limit with nothing running; check, then end it.
+        assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
+        # A job waiting out its time limit after SIGUSR2 is still cancellable by key.
+        code, out, _ = stack_env.slurmx("cancel", key, "--results", str(stack_env.results))
+        assert code == 0
+        if signum == signal.SIGUSR2:
+            assert "cancelled 1 job" in out
+    for key in signals:
+        stack_env.wait_for(key, lambda s: s[0]["state"] not in ("running", "pending"), timeout_s=60)
 
 
-@pytest.mark.parametrize("victim", ["vllm.entrypoints", "lmcache server"])
-def test_server_killed_mid_replay_fails_the_point(stack_env: StackEnv, victim: str) -> None:
-    key = "kill-engine" if victim.startswith("vllm") else "kill-lmcache"
-    _one_point(stack_env, key)
-    point = _stage(stack_env, key, "replay")
-    pid = process_with(point["job_id"], victim)
-    assert pid is not None, f"no {victim} process of job {point['job_id']}"
-    kill(pid)
-    point = _ended(stack_env, key)
-    assert point["state"] == "failed"
-    name = "engine" if victim.startswith("vllm") else "lmcache"
-    assert f"{name} exited with code" in (point["reason"] or ""), point["reason"]
-    _no_survivors(stack_env, point)
-    assert (_logs(stack_env, point) / f"{name}.log").exists()
+def test_a_server_killed_mid_replay_fails_the_point(stack_env: StackEnv) -> None:
+    """The engine of one job and the LMCache server of another (the two keys side by side), each killed mid-replay."""
+    victims = {"kill-engine": ("vllm.entrypoints", "engine"), "kill-lmcache": ("lmcache server", "lmcache")}
+    stack_env.recipe(**{"replay.sessions-per-conc": 24})
+    for key in victims:
+        stack_env.key(key, [("lmcache", [2])])
+        stack_env.submit(key)
+
+    def kill_server(key: str, point: dict[str, Any]) -> None:
+        pid = process_with(point["job_id"], victims[key][0])
+        assert pid is not None, f"no {victims[key][0]} process of job {point['job_id']}"
+        kill(pid)
+
+    _struck_in_replay(stack_env, list(victims), kill_server)
+    for key, (_, name) in victims.items():
+        point = _ended(stack_env, key)
+        assert point["state"] == "failed"
+        assert f"{name} exited with code" in (point["reason"] or ""), point["reason"]
+        _no_survivors(stack_env, point)
+        assert (_logs(stack_env, point) / f"{name}.log").exists()
 
 
 def test_readiness_timeout_fails_fast_with_the_log_tail(stack_env: StackEnv) -> None:
