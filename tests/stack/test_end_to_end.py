@@ -59,11 +59,14 @@ POINTS = 8  # none, LMCache, vllm-simple and Mooncake at conc 2 and 4
 
 
 def test_local_key_runs_every_arm_to_a_valid_result(stack_env: StackEnv) -> None:
-    """Four arms x two concurrencies, each point run three times (back to back on its arm's shared server):
-    24 replays, every one valid, and collect shows each point's 95% interval."""
+    """Four arms x two concurrencies, each point run three times (back to back on its arm's shared server), two
+    arms' jobs at a time: 24 replays, every one valid, and collect shows each point's 95% interval."""
     shutil.copy(ROOT / "configs/local-master.yaml", stack_env.configs / f"{KEY}-master.yaml")
-    report = stack_env.submit(KEY, "--repeats", str(REPEATS))
+    # two arms at a time (the local profile's array-parallelism is 1, for steady figures): CI time
+    report = stack_env.submit(KEY, "--repeats", str(REPEATS), "--max-parallel", "2")
     assert report["sbatch-calls"] == 1
+    shown = subprocess.run(["scontrol", "show", "job", report["array-job-id"]], capture_output=True, text=True).stdout
+    assert "ArrayTaskThrottle=2" in shown, shown  # --max-parallel reached Slurm as the array's throttle
     assert len(report["points"]) == POINTS * REPEATS and {p["repeat"] for p in report["points"]} == {1, 2, 3}
     status = stack_env.wait_for(
         KEY, lambda s: all(p["state"] in ("completed", "failed", "cancelled", "timeout") for p in s), timeout_s=2100
