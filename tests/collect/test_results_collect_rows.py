@@ -40,12 +40,12 @@ def test_a_row_carries_every_column_from_its_result(tmp_path: Path) -> None:
         "requests_successful": 200, "requests_total": 200,
         "gpu_hit_rate": cache.gpu_cache_hit_rate, "cpu_hit_rate": 0.3, "external_hit_rate": 0.3,
         "overall_hit_rate": cache.overall_cache_hit_rate,
-        "baseline_arm": None, "tput_ratio": None, "ttft_p90_ratio": None,
+        "baseline_arm": None, "tput_ratio": None, "ttft_p90_ratio": None, "ratio_uncertified": None,
         "slurm_job_id": "1234_0", "node": "node01", "nodes": None, "requests_by_rank": None, "attempt": meta.attempt, "ended_at": 5000.0,
         "path": str(sweep.path / "points" / "p1" / "result.json"),
         # the offload evidence (none recorded in this synthetic result), validity, what ran, the repeat
         "tier_hit_rate": None, "tier_side_hit_rate": None, "tier_tokens": None, "valid": True,
-        "invalid_reason": None, "invalid_rule": None, "labels": "", "engine_version": None, "backend_version": None,
+        "invalid_reason": None, "invalid_rule": None, "labels": "", "uncertified": "", "engine_version": None, "backend_version": None,
         "image": result.image, "repeat": 1, "repeat_mode": None,
         # no GPU telemetry in this result: no energy figures, and no power verdict
         "gpu_energy_j": None, "avg_gpu_w": None, "j_per_out_tok": None, "j_per_tok": None, "tok_s_per_kw": None,

@@ -142,3 +142,13 @@ def test_loadgen_policy_certifies_at_its_floor() -> None:
     assert certify.certify(values[:661], 99, certify.LOADGEN).need == 662
     at_floor = certify.certify(values, 99, certify.LOADGEN)
     assert at_floor.certified and at_floor.hi == 662.0  # the estimate at the floor: the largest value
+
+
+@pytest.mark.parametrize(("n", "q"), [(3000, 0.5), (100_000, 0.9), (20_000, 0.99)])
+def test_large_counts_give_ranks_around_the_quantile(n: int, q: float) -> None:
+    # the equal-tailed ranks sit about 1.96 binomial standard deviations either side of n q
+    r = certify.ranks(n, q)
+    sd = math.sqrt(n * q * (1 - q))
+    assert r.lower is not None and r.upper is not None
+    assert abs((n * q - r.lower) / sd - 1.96) < 0.1 and abs((r.upper - n * q) / sd - 1.96) < 0.1
+    assert 0.95 <= r.coverage < 0.96

@@ -209,3 +209,27 @@ def test_kv_pool_size_comes_from_the_engine_log() -> None:
     logged = _build(SAMPLE, engine_log=SAMPLE / "engine.log")
     assert logged.server_metrics.kv_cache.gpu_total_tokens == 1_048_576
     assert logged.kv_cache_pool_tokens == 1_048_576
+
+
+def test_certification_covers_the_reported_percentiles_from_the_raw_records(
+    result: Result, records: list[dict[str, Any]]
+) -> None:
+    """slurmx.certification: per headline metric and percentile, the count of profiled requests behind it, the
+    reported value, and the interval's ends at its ranks among the raw values; 12 requests certify nothing."""
+    meta = result.slurmx
+    assert meta is not None and meta.certification is not None
+    cert = meta.certification
+    assert (cert.method, cert.confidence, cert.rel_width) == ("order-statistics", 0.95, 0.10)
+    ttft = sorted(v / 1000.0 for v in _metric(records, "time_to_first_token"))
+    p50 = cert.metrics["ttft"]["p50"]
+    assert p50.count == len(ttft) == result.num_requests_successful
+    assert p50.estimate == result.request_metrics.latency.ttft.p50
+    assert p50.lo_rank is not None and p50.hi_rank is not None
+    assert (p50.lo, p50.hi) == (ttft[p50.lo_rank - 1], ttft[p50.hi_rank - 1])
+    assert cert.metrics["intvty"]["p90"].estimate == pytest.approx(result.request_metrics.latency.intvty.p90)
+    assert set(cert.metrics) == {"ttft", "e2el", "intvty", "e2e_norm_intvty"}
+    assert all(set(by_p) == {"p50", "p75", "p90", "p95", "p99"} for by_p in cert.metrics.values())
+    assert not any(c.certified for by_p in cert.metrics.values() for c in by_p.values())
+    assert cert.metrics["ttft"]["p99"].need == 368  # the fewest requests whose upper rank exists for a p99
+    again = Result.model_validate_json(json.dumps(result.dump()))
+    assert again.slurmx is not None and again.slurmx.certification == cert

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from slurmx.collect import frontier
 from slurmx.plan import parallelism_label
 from slurmx.results import gate
-from slurmx.results.schema import Result
+from slurmx.results.schema import PercentileCertificate, Result
 from slurmx.store import atomic
 from slurmx.store.tree import POINTS, REPEATS, RESULT_JSON, PointDir, SweepDir
 
@@ -80,12 +80,14 @@ class Row:
     invalid_reason: str | None
     invalid_rule: str | None  # which rule of the gate refused it (results/gate.py's RULES)
     labels: str
+    uncertified: str  # "; "-joined, e.g. "p99 not certified: 115 requests, need 368"; "" when all are (or no block)
     engine_version: str | None
     backend_version: str | None
     image: str
     baseline_arm: str | None
     tput_ratio: float | None
     ttft_p90_ratio: float | None
+    ratio_uncertified: str | None  # which side of the TTFT p90 ratio is not certified, when either is not
     slurm_job_id: str | None
     node: str | None
     nodes: str | None
@@ -325,12 +327,14 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> Row:
         invalid_reason=reason,
         invalid_rule=refusal.rule if refusal is not None else None,
         labels=";".join(gate.labels(result)) if reason is None else "",
+        uncertified="; ".join(uncertified_marks(result)),
         engine_version=meta.engine_version if meta else None,
         backend_version=meta.backend_version if meta else None,
         image=result.image,
         baseline_arm=None,
         tput_ratio=None,
         ttft_p90_ratio=None,
+        ratio_uncertified=None,
         slurm_job_id=meta.slurm_job_id if meta else None,
         node=meta.node if meta else None,
         nodes=";".join(meta.nodes) if meta and meta.nodes else None,
@@ -380,8 +384,46 @@ def add_ratios(rows: list[Row]) -> list[Row]:
                 baseline_arm=base_arm,
                 tput_ratio=_ratio(row.tput_per_gpu, base.tput_per_gpu),
                 ttft_p90_ratio=_ratio(row.ttft_p90_s, base.ttft_p90_s),
+                ratio_uncertified=_ratio_uncertified(row, base) if row is not base else None,
             )
     return [ratioed.get(id(row), row) for row in rows]
+
+
+def uncertified_marks(result: Result) -> list[str]:
+    """Per percentile, whether the point's sample does not support it for a headline metric: the fewest requests
+    behind it and the most any of those metrics needs (the metrics named when not all of them); [] without the
+    certification block (a result written before slurmx certified, or an InferenceX aggregate)."""
+    cert = result.slurmx.certification if result.slurmx is not None else None
+    if cert is None:
+        return []
+    by_pct: dict[str, list[tuple[str, PercentileCertificate]]] = {}
+    for metric, pct, c in cert.uncertified():
+        by_pct.setdefault(pct, []).append((metric, c))
+    out = []
+    for pct, failing in by_pct.items():
+        count = min(c.count for _, c in failing)
+        needs = [c.need for _, c in failing if c.need is not None]
+        need = f", need {max(needs)}" if needs else ""
+        every = [m for m, by_p in cert.metrics.items() if pct in by_p]
+        which = "" if len(failing) == len(every) else f" ({', '.join(m for m, _ in failing)})"
+        out.append(f"{pct} not certified{which}: {count} requests{need}")
+    return out
+
+
+def ttft_p90_certificate(row: Row) -> PercentileCertificate | None:
+    cert = row.result.slurmx.certification if row.result.slurmx is not None else None
+    return cert.metrics.get("ttft", {}).get("p90") if cert is not None else None
+
+
+def _ratio_uncertified(row: Row, base: Row) -> str | None:
+    """The TTFT p90 ratio's caveat: which side's TTFT p90 its sample does not support (None: both do, or
+    neither result says)."""
+    sides = []
+    for who, side in (("this arm", row), (f"the {base.arm} baseline", base)):
+        c = ttft_p90_certificate(side)
+        if c is not None and not c.certified:
+            sides.append(f"{who} ({c.count} requests" + (f", need {c.need})" if c.need is not None else ")"))
+    return "TTFT p90 not certified on " + " and ".join(sides) if sides else None
 
 
 def comparison_group(row: Row) -> tuple[str, str, str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from slurmx import __version__
 from slurmx.collect import frontier, plots
-from slurmx.collect.collect import SweepResults, arm_order
+from slurmx.collect.collect import SweepResults, arm_order, sorted_rows
 from slurmx.collect.compare import Comparison, describe
 from slurmx.collect.repeats import METRIC, METRICS, PointAggregate
 from slurmx.collect.stats import Estimate, Ratio
@@ -304,6 +304,31 @@ def _comparison(comparison: Comparison, aggs: list[PointAggregate]) -> dict[str,
     }
 
 
+def certification(sr: SweepResults) -> dict[str, Any]:
+    """The certification section: the rule(s) the points were certified with, and each valid point whose sample
+    does not support a reported percentile (or whose TTFT p90 ratio has an uncertified side)."""
+    rules = set()
+    uncertified = []
+    for row in sorted_rows(r for r in sr.rows if r.valid):
+        cert = row.result.slurmx.certification if row.result.slurmx is not None else None
+        if cert is None:
+            rules.add("none recorded (written before slurmx certified percentiles)")
+            continue
+        width = f", ±{100 * cert.rel_width:g}%" if cert.rel_width is not None else ""
+        rules.add(f"{cert.method} at {100 * cert.confidence:g}% confidence{width}")
+        if row.uncertified or row.ratio_uncertified:
+            uncertified.append(
+                {
+                    "point": f"{row.parallelism} {row.arm} conc {row.conc}"
+                    + (f" repeat {row.repeat}" if row.repeat > 1 else ""),
+                    "point_id": row.point_id,
+                    "marks": row.uncertified or "all certified",
+                    "ratio": row.ratio_uncertified or "",
+                }
+            )
+    return {"rules": sorted(rules), "uncertified": uncertified}
+
+
 def render(
     sr: SweepResults,
     aggs: list[PointAggregate],
@@ -334,6 +359,7 @@ def render(
         problems=problems(sr),
         facts=lock_facts(sr),
         comparison=_comparison(comparison, aggs) if comparison is not None else None,
+        certification=certification(sr),
     )
 
 

@@ -212,7 +212,8 @@ def _cells(v: col.Row, view: frontier.View) -> list[str]:
         _fmt(v.intvty_p50, ".1f"),
         _fmt(v.ttft_p50_s, ".3f"), _fmt(v.ttft_p90_s, ".3f"), _fmt(v.e2el_p90_s, ".2f"),
         f"{100 * v.error_rate:.1f}", _pct(v.gpu_hit_rate), _pct(v.cpu_hit_rate),
-        _pct(v.external_hit_rate), _tier(v), _ratio(v.tput_ratio), _ratio(v.ttft_p90_ratio),
+        _pct(v.external_hit_rate), _tier(v), _ratio(v.tput_ratio),
+        _ratio(v.ttft_p90_ratio) + ("*" if v.ratio_uncertified and v.ttft_p90_ratio is not None else ""),
         _fmt(v.j_per_out_tok, ".3g"), _frontier_mark(v, view), _validity(v),
     ]  # fmt: skip
 
@@ -291,6 +292,11 @@ def _print_tables(collection: col.Collection, view: frontier.View) -> None:
             if row.nodes:
                 ranks = f", requests by data-parallel rank {row.requests_by_rank}" if row.requests_by_rank else ""
                 sys.stdout.write(f"  {row.exp_name} ran on {row.nodes.replace(';', ', ')}{ranks}\n")
+        for row in rows:  # percentiles the point's sample cannot support (results/certify.py)
+            if row.uncertified:
+                sys.stdout.write(f"  {row.exp_name} ({row.arm}): {row.uncertified}\n")
+            if row.ratio_uncertified and row.ttft_p90_ratio is not None:
+                sys.stdout.write(f"  * {row.exp_name} ({row.arm}) TTFT p90 vs base: {row.ratio_uncertified}\n")
         bases = sorted({r.baseline_arm for r in rows if r.baseline_arm})
         if bases:
             sys.stdout.write(f"  ratios are over the {' / '.join(bases)} arm at the same parallelism and concurrency\n")

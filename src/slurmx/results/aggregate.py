@@ -30,14 +30,14 @@ from slurmx import engines
 from slurmx.config.master import WorkerSpec
 from slurmx.engines import Engine
 from slurmx.plan import Point
-from slurmx.results import energy, gate
+from slurmx.results import certify, energy, gate
 from slurmx.results.evidence import ArmInputs, build_evidence
 from slurmx.results.requests import PROFILE_JSON as PROFILE_JSON
 from slurmx.results.requests import PROFILE_JSONL as PROFILE_JSONL
 from slurmx.results.requests import SERVER_METRICS_JSON as SERVER_METRICS_JSON
 from slurmx.results.requests import ArtifactError as ArtifactError
 from slurmx.results.requests import _error_category as _error_category
-from slurmx.results.requests import _load_json, aiperf_counts, compute_request_metrics
+from slurmx.results.requests import _load_json, aiperf_counts, certification, compute_request_metrics
 from slurmx.results.requests import _qps as _qps
 from slurmx.results.requests import _theoretical_hit_rate as _theoretical_hit_rate
 from slurmx.results.requests import load_records as load_records
@@ -124,13 +124,15 @@ def build_result(
     arm: ArmInputs | None = None,
     telemetry_dir: Path | None = None,
     facts: RunFacts | None = None,
+    policy: certify.Policy | None = None,
 ) -> Result:
     """One point's replay, finished: its aggregate (identity fields are the point's InferenceX row), what the
     node knows of the run (`facts`), and the gate's verdict. The node and `slurmx rebuild` both build here.
 
     `engine_logs` are the engine's logs (one per node of a multinode engine), for the KV-cache pool size
     (kv_cache_pool_tokens); `arm` is what
-    the job body knows of how the arm ran (engine argv, logs, working set), for the arm's evidence."""
+    the job body knows of how the arm ran (engine argv, logs, working set), for the arm's evidence; `policy` how its
+    percentiles are certified (results/certify.py; 95 % and +-10 % by default)."""
     window = window or ReplayWindow()
     engine = engine_of(point)
     artifact_dir = Path(artifact_dir)
@@ -156,6 +158,7 @@ def build_result(
         server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_logs, engine.kv_pool_log)
     meta = _slurmx_meta(point, profile, run, window, source)
     meta.requests_by_rank = requests_by_rank(counters, names)
+    meta.certification = certification(records, policy)  # the same records the percentiles come from
     # what InferenceX's gate and its required-metrics check read, so any later judge can apply them
     meta.aiperf_counts = aiperf_counts(artifact_dir / PROFILE_JSON)
     meta.metrics_export = metrics_export(artifact_dir, names)

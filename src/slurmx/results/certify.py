@@ -57,8 +57,8 @@ LOADGEN = Policy(confidence=LOADGEN_CONFIDENCE, method="loadgen")
 
 
 def binom_cdf(k: int, n: int, p: float) -> float:
-    """P(Binomial(n, p) <= k), summed exactly term by term (terms beyond 40 standard deviations below are
-    under 1e-300 and left out)."""
+    """P(Binomial(n, p) <= k), summed term by term from 12 standard deviations below the mean (the mass left out
+    is under 1e-30; starting lower, the first term would underflow to 0 and the ratio recurrence with it)."""
     if k < 0:
         return 0.0
     if k >= n or p <= 0.0:
@@ -70,7 +70,7 @@ def binom_cdf(k: int, n: int, p: float) -> float:
 
 def _low_start(n: int, p: float) -> int:
     sd = math.sqrt(n * p * (1.0 - p))
-    return max(0, int(n * p - 40.0 * sd - 40.0))
+    return max(0, int(n * p - 12.0 * sd - 20.0))
 
 
 def _pmf_run(n: int, p: float, start: int, stop: int) -> list[float]:

@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slurmx.results import certify
 from slurmx.results.schema import (
     AiperfCounts,
+    Certification,
     Latency,
+    PercentileCertificate,
     QpsStats,
     Rate,
     RequestAccounting,
@@ -201,6 +205,45 @@ def _seconds(records: list[dict[str, Any]], key: str) -> list[float]:
     return [v / 1000.0 for v in _values(records, key) if v > 0]
 
 
+def _e2e_per_token(records: list[dict[str, Any]]) -> list[float]:
+    """Seconds of the whole request per output token, paired within each record."""
+    out: list[float] = []
+    for r in records:
+        latency_ms, out_tokens = _value(r, "request_latency"), _value(r, "output_sequence_length")
+        if latency_ms is not None and out_tokens is not None and latency_ms > 0 and out_tokens > 0:
+            out.append(latency_ms / 1000.0 / out_tokens)
+    return out
+
+
+# The headline metrics certified: name in Latency -> (the per-request values, reported as their inverse)
+HEADLINE: dict[str, tuple[Callable[[list[dict[str, Any]]], list[float]], bool]] = {
+    "ttft": (lambda records: _seconds(records, "time_to_first_token"), False),
+    "e2el": (lambda records: _seconds(records, "request_latency"), False),
+    "intvty": (lambda records: _seconds(records, "inter_token_latency"), True),
+    "e2e_norm_intvty": (_e2e_per_token, True),
+}
+# The percentiles certified: those result.json reports, and the p99 the tail is judged by (not in InferenceX's
+# aggregate: slurmx records only whether the sample could support it)
+CERTIFIED_PERCENTILES = (50, 75, 90, 95, 99)
+
+
+def certification(records: list[dict[str, Any]], policy: certify.Policy | None = None) -> Certification:
+    """Every headline metric's certified percentiles over the profiled, error-free records."""
+    policy = policy or certify.Policy()
+    metrics: dict[str, dict[str, PercentileCertificate]] = {}
+    for name, (series, inverse) in HEADLINE.items():
+        values = series(records)
+        metrics[name] = {}
+        for pct in CERTIFIED_PERCENTILES:
+            cert = certify.certify(values, pct, policy, inverse=inverse)
+            metrics[name][f"p{pct}"] = PercentileCertificate(
+                count=cert.count, estimate=cert.estimate, lo=cert.lo, hi=cert.hi, lo_rank=cert.lo_rank,
+                hi_rank=cert.hi_rank, coverage=cert.coverage, certified=cert.certified, need=cert.need,
+            )  # fmt: skip
+    width = policy.rel_width if policy.method == "order-statistics" else None
+    return Certification(method=policy.method, confidence=policy.confidence, rel_width=width, metrics=metrics)
+
+
 def compute_request_metrics(records: list[dict[str, Any]], profile: dict[str, Any]) -> RequestMetrics:
     ttft = _seconds(records, "time_to_first_token")
     e2el = _seconds(records, "request_latency")
@@ -208,12 +251,7 @@ def compute_request_metrics(records: list[dict[str, Any]], profile: dict[str, An
     full_itl = _seconds(records, "full_response_inter_token_latency")
     itl_stats = stats(itl)
     full_itl_stats = stats(full_itl)
-    # seconds of the whole request per output token, paired within each record
-    e2e_per_token: list[float] = []
-    for r in records:
-        latency_ms, out_tokens = _value(r, "request_latency"), _value(r, "output_sequence_length")
-        if latency_ms is not None and out_tokens is not None and latency_ms > 0 and out_tokens > 0:
-            e2e_per_token.append(latency_ms / 1000.0 / out_tokens)
+    e2e_per_token = _e2e_per_token(records)
     latency = Latency(
         ttft=stats(ttft),
         e2el=stats(e2el),

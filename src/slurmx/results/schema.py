@@ -303,6 +303,36 @@ class MetricsExport(_Strict):
     prefix_found: bool = False  # the JSON names a metric starting with the prefix
 
 
+class PercentileCertificate(_Strict):
+    """One reported percentile of one metric (results/certify.py): the profiled requests behind it, its
+    distribution-free interval with the ranks (1 = smallest per-request value) it ends at, the interval's exact
+    coverage, whether it is certified, and the requests it would need (an estimate; None once certified)."""
+
+    count: int
+    estimate: float | None = None
+    lo: float | None = None  # None: that end does not exist at this count
+    hi: float | None = None
+    lo_rank: int | None = None
+    hi_rank: int | None = None
+    coverage: float | None = None
+    certified: bool = False
+    need: int | None = None
+
+
+class Certification(_Strict):
+    """Whether the point's sample supports the percentiles it reports, per headline metric and percentile
+    ("ttft" -> "p90" -> certificate); the rule and its parameters with it."""
+
+    method: Literal["order-statistics", "loadgen"] = "order-statistics"
+    confidence: float
+    rel_width: float | None = None  # the order-statistics rule's +- relative width; None for LoadGen's rule
+    metrics: dict[str, dict[str, PercentileCertificate]] = Field(default_factory=dict)
+
+    def uncertified(self) -> list[tuple[str, str, PercentileCertificate]]:
+        """(metric, percentile, certificate) of every percentile not certified, in the recorded order."""
+        return [(m, p, c) for m, by_p in self.metrics.items() for p, c in by_p.items() if not c.certified]
+
+
 class SlurmxMeta(_Strict):
     """What slurmx knows about the run and InferenceX does not; never read by InferenceX."""
 
@@ -341,6 +371,7 @@ class SlurmxMeta(_Strict):
     repeats: int = 1  # how many runs were asked for
     repeat_mode: Literal["separate-tasks", "shared-server"] | None = None  # how the repeats ran
     failed_request_threshold: float = DEFAULT_ERROR_THRESHOLD  # the error rate the node gated with (the recipe's)
+    certification: Certification | None = None  # None: written before slurmx certified percentiles
 
 
 class Result(_Strict):
