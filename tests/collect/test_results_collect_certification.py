@@ -94,3 +94,17 @@ def test_the_report_lists_uncertified_points(tmp_path: Path) -> None:
     assert "p99 not certified: 115 requests, need 368" in entry["marks"]
     html = report.render(sr, [])
     assert "p99 not certified: 115 requests, need 368" in html
+
+
+def test_marks_come_in_percentile_order_and_name_the_metrics_when_not_all_fail() -> None:
+    result = _with_records(115, 4, point_id="p1")
+    marks = col.uncertified_marks(result)
+    pcts = [float(m.split(" ", 1)[0].removeprefix("p")) for m in marks]
+    assert pcts == sorted(pcts) and marks[-1] == "p99 not certified: 115 requests, need 368"
+    cert = result.slurmx.certification
+    assert cert is not None
+    for mark in marks:
+        pct = mark.split(" ", 1)[0]
+        failing = [m for m, by_p in cert.metrics.items() if not by_p[pct].certified]
+        named = f" ({', '.join(failing)})" if len(failing) < len(cert.metrics) else ""
+        assert mark.startswith(f"{pct} not certified{named}: 115 requests, need ")

@@ -152,3 +152,19 @@ def test_large_counts_give_ranks_around_the_quantile(n: int, q: float) -> None:
     assert r.lower is not None and r.upper is not None
     assert abs((n * q - r.lower) / sd - 1.96) < 0.1 and abs((r.upper - n * q) / sd - 1.96) < 0.1
     assert 0.95 <= r.coverage < 0.96
+
+
+def test_until_certified_parses_percentiles_and_refuses_others() -> None:
+    assert certify.parse_percentiles("p90, P99") == ("p90", "p99")
+    for bad in ("", "p98", "90", "p90,,x"):
+        with pytest.raises(ValueError, match="--until-certified"):
+            certify.parse_percentiles(bad)
+
+
+def test_stop_reason_waits_for_the_floor_then_stops_on_certified_or_budget() -> None:
+    ok, not_yet = {"p90": True, "p99": False}, {"p90": False}
+    assert certify.stop_reason(ok, ["p90"], 100.0, max_s=3600, min_duration_s=600) == "continue"
+    assert certify.stop_reason(ok, ["p90"], 600.0, max_s=3600, min_duration_s=600) == "certified"
+    assert certify.stop_reason(ok, ["p90", "p99"], 700.0, max_s=3600) == "continue"
+    assert certify.stop_reason(not_yet, ["p90"], 3600.0, max_s=3600) == "budget"
+    assert certify.stop_reason(ok, ["p90"], 3600.0, max_s=3600, min_duration_s=600) == "certified"

@@ -400,7 +400,7 @@ def uncertified_marks(result: Result) -> list[str]:
     for metric, pct, c in cert.uncertified():
         by_pct.setdefault(pct, []).append((metric, c))
     out = []
-    for pct, failing in by_pct.items():
+    for pct, failing in sorted(by_pct.items(), key=lambda item: float(item[0].removeprefix("p"))):
         count = min(c.count for _, c in failing)
         needs = [c.need for _, c in failing if c.need is not None]
         need = f", need {max(needs)}" if needs else ""

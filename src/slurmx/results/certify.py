@@ -263,3 +263,33 @@ def _loadgen(ordered: list[float], pct: float, policy: Policy, inverse: bool) ->
     if inverse:  # an upper bound on the values is a lower bound on their inverse
         return Certificate(pct, n, _inv(est), _inv(bound), None, None, rank, None, ok, None if ok else floor)
     return Certificate(pct, n, est, None, bound, None, rank, None, ok, None if ok else floor)
+
+
+# ---------------------------------------------------------------- running a point until it is certified
+
+
+CERTIFIABLE = (50, 75, 90, 95, 99)  # the percentiles result.json certifies (results/requests.py)
+
+
+def parse_percentiles(text: str) -> tuple[str, ...]:
+    """`--until-certified p90[,p99...]` -> ("p90", "p99"); a one-line error for anything else."""
+    names = tuple(part.strip().lower() for part in text.split(",") if part.strip())
+    known = {f"p{p}" for p in CERTIFIABLE}
+    bad = [name for name in names if name not in known]
+    if not names or bad:
+        raise ValueError(f"--until-certified {text!r}: expected percentiles among {', '.join(sorted(known))}")
+    return names
+
+
+StopReason = Literal["certified", "budget", "continue"]
+
+
+def stop_reason(
+    certified: dict[str, bool], wanted: Sequence[str], elapsed_s: float, *, max_s: float, min_duration_s: float = 0.0
+) -> StopReason:
+    """Whether a point replayed until certified stops: "certified" once every wanted percentile (name -> certified
+    over every headline metric) is and the minimum duration has passed; "budget" once `max_s` is spent first;
+    else "continue". The minimum duration is a floor (MLPerf's rule runs at least 600 s), never a budget."""
+    if elapsed_s >= min_duration_s and all(certified.get(name, False) for name in wanted):
+        return "certified"
+    return "budget" if elapsed_s >= max_s else "continue"

@@ -224,7 +224,7 @@ HEADLINE: dict[str, tuple[Callable[[list[dict[str, Any]]], list[float]], bool]] 
 }
 # The percentiles certified: those result.json reports, and the p99 the tail is judged by (not in InferenceX's
 # aggregate: slurmx records only whether the sample could support it)
-CERTIFIED_PERCENTILES = (50, 75, 90, 95, 99)
+CERTIFIED_PERCENTILES = certify.CERTIFIABLE
 
 
 def certification(records: list[dict[str, Any]], policy: certify.Policy | None = None) -> Certification:

@@ -51,6 +51,10 @@ writes them (five decimals).
   joules_per_successful_query / _input_token / _output_token / _total_token (slurmx.results.energy
   computes them by the same rules); absent when no telemetry ran (a node without GPUs).
 
+- slurmx.certification (docs/certification.md): per headline metric and percentile, the requests behind it, a
+  distribution-free order-statistic interval with its ranks, whether it is certified (95 %, +-10 % by default) and
+  the requests it would need; absent in results written before it.
+
 Fields newer than this schema are accepted and kept on round trips; known fields still reject wrong types.
 """
 
