@@ -157,3 +157,21 @@ def test_a_result_that_never_recorded_its_threshold_is_rebuilt_with_the_recipes(
     recorded.slurmx.failed_request_threshold = 0.2  # a threshold the file recorded wins
     built = rebuilt(point, recorded)
     assert built.slurmx is not None and built.slurmx.failed_request_threshold == 0.2
+
+
+def test_a_rebuild_certifies_by_the_rule_the_result_recorded(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path / "results")
+    point = sorted(sweep.points(), key=lambda p: p.point_id)[0]
+    old = Result.model_validate_json(json.dumps(_stub(point.point_id, sweep.sweep_id)))
+    default = rebuilt(point, old)  # written before certification: the default rule
+    assert default.slurmx is not None and default.slurmx.certification is not None
+    assert (default.slurmx.certification.method, default.slurmx.certification.confidence) == ("order-statistics", 0.95)
+    recorded = default.model_copy(deep=True)
+    assert recorded.slurmx is not None and recorded.slurmx.certification is not None
+    recorded.slurmx.certification.method, recorded.slurmx.certification.confidence = "loadgen", 0.99
+    again = rebuilt(point, recorded)
+    assert again.slurmx is not None and again.slurmx.certification is not None
+    cert = again.slurmx.certification
+    assert (cert.method, cert.confidence, cert.rel_width) == ("loadgen", 0.99, None)
+    # LoadGen's p90 floor is 64 queries; the sample's 12 fall short
+    assert cert.metrics["ttft"]["p90"].need == 64 and not cert.metrics["ttft"]["p90"].certified

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slurmx.errors import UserError
-from slurmx.results import gate
+from slurmx.results import certify, gate
 from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunFacts, RunMeta, build_result
 from slurmx.results.schema import Result
 from slurmx.store import atomic, ledger
@@ -81,11 +81,28 @@ def rebuilt(run: PointDir, old: Result) -> Result:
         # a result written before it recorded its threshold: the recipe's, as point.json holds it, not the default
         facts = replace(facts, failed_request_threshold=record.serving.replay.failed_request_threshold)
     new = build_result(
-        record.point, run.aiperf, run=run_meta, window=window, engine_logs=logs, telemetry_dir=telemetry, facts=facts
+        record.point,
+        run.aiperf,
+        run=run_meta,
+        window=window,
+        engine_logs=logs,
+        telemetry_dir=telemetry,
+        facts=facts,
+        policy=policy_of(old),
     )
     if meta is not None:
         _carry(old, new)
     return gate.judged(new)  # again: the evidence carried over is part of the verdict
+
+
+def policy_of(result: Result) -> certify.Policy | None:
+    """The certification rule a result was certified with, so a rebuild certifies by the same one (None: the
+    default, for a result written before it was certified)."""
+    cert = result.slurmx.certification if result.slurmx is not None else None
+    if cert is None:
+        return None
+    width = cert.rel_width if cert.rel_width is not None else certify.DEFAULT_REL_WIDTH
+    return certify.Policy(confidence=cert.confidence, rel_width=width, method=cert.method)
 
 
 def _carry(old: Result, new: Result) -> None:
