@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store",),  # the results tree and the ledger: the floor every stage below stands on
     ("results",),  # what the node writes: artifacts -> result.json, gate
     ("collect",),  # what the login node reads: rows, repeats, compare, plots, report (never node/)
+    ("history",),  # the index of every result across sweeps and trees (a database), series and their changes
     ("node",),  # the job body
     ("submit", "status"),  # stages run from a login node
     ("upstream",),  # InferenceX's scripts captured as the oracle, compared with slurmx's resolved points

@@ -1,0 +1,121 @@
+"""`slurmx history KEY`: every sweep's value per point identity, oldest first, from the index (a database).
+
+The results tree(s) are ingested first (incremental: only new or changed result.json files are read), into
+--db URL, else $SLURMX_DB, else an SQLite file beside the (first) results tree; a postgresql:// URL holds a
+team's history across trees and clusters. Each point identity (model, hardware, precision, parallelism, spec
+decoding, backend, concurrency: what `collect --compare` matches on) gets its series of --metric with 95 %
+intervals where a sweep ran repeats, its noise floor, and the changes beyond it, each naming the sweep where it
+happened and what changed in what ran there (history/changes.py states the method and false-alarm rate).
+Exit 0; 1 with --fail-on-regression PCT when a point's newest sweep is worse beyond noise by more than PCT;
+2 for bad input (a key the index does not hold, a database it cannot open).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+from slurmx import paths
+from slurmx.collect.compare import parse_threshold
+from slurmx.collect.repeats import METRIC, METRICS
+from slurmx.errors import UserError
+from slurmx.history import changes as ch
+from slurmx.history import index
+from slurmx.history.series import Series, history
+
+DEFAULT_METRIC = "e2e_norm_intvty_p90"  # collect's headline (North Star) metric
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "history",
+        help="every sweep's value per point over time, with changes beyond noise",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("key", metavar="KEY", help="config key")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="results tree to ingest first (repeatable; default: ./results or $SLURMX_RESULTS)",
+    )
+    parser.add_argument("--db", metavar="URL", help=f"database URL or SQLite path (default: ${index.ENV_DB}, else beside the tree)")
+    parser.add_argument("--no-ingest", action="store_true", help="read the index as it is (no results tree read)")
+    parser.add_argument(
+        "--metric", choices=tuple(METRIC), default=DEFAULT_METRIC, help="the metric to follow (default: %(default)s)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the series as JSON")
+    parser.add_argument(
+        "--fail-on-regression",
+        metavar="PCT",
+        help="exit 1 when a point's newest sweep is worse beyond noise by more than PCT (e.g. 5%%)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    threshold = parse_threshold(args.fail_on_regression) if args.fail_on_regression else None
+    roots: list[Path] = args.results or [paths.default_results()]
+    engine = index.open_index(index.url_of(args.db, roots[0]))
+    try:
+        if not args.no_ingest:
+            for root in roots:
+                if not root.is_dir():
+                    raise UserError(f"--results {root}: no such directory")
+            report = index.ingest(engine, roots)
+            print(report.line(), file=sys.stderr)
+            for s in report.skipped:
+                print(f"  not indexed: {s.path}: {s.reason}", file=sys.stderr)
+        metric = METRIC[args.metric]
+        series = history(engine, args.key, metric)
+        skipped = index.skipped_files(engine, args.key)
+    finally:
+        engine.dispose()
+    if not series:
+        raise UserError(f"no valid result of key {args.key!r} in the index ({engine.url.render_as_string(hide_password=True)})")
+    regressions = [(s, f) for s in series if threshold is not None and (f := s.newest_regression(threshold))]
+    if args.json:
+        out = {
+            "key": args.key,
+            "metric": metric.key,
+            "method": {"window": ch.WINDOW, "z_crit": ch.Z_CRIT, "min_history": ch.MIN_HISTORY},
+            "series": [s.json() for s in series],
+            "skipped": [s.json() for s in skipped],
+            "fail_on_regression": threshold,
+            "regressions": [f"{s.label}: {f.change.pct:+.1f}% at {f.sweep.sweep_id}" for s, f in regressions],
+        }
+        json.dump(out, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for s in series:
+            _print_series(s, metric.label, metric.spec)
+        if skipped:
+            print(f"{len(skipped)} result file(s) of {args.key} not indexed (corrupt or mismatched):", file=sys.stderr)
+            for sk in skipped:
+                print(f"  {sk.path}: {sk.reason}", file=sys.stderr)
+        for s, f in regressions:
+            print(f"regression: {s.label}: {metric.label} {f.change.pct:+.1f}% at sweep {f.sweep.sweep_id}")
+    return 1 if regressions else 0
+
+
+def _when(stamp: float | None) -> str:
+    if stamp is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(stamp, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _print_series(s: Series, label: str, spec: str) -> None:
+    floor = f"±{s.floor.pct:.1f}% per sweep (from {s.floor.source})" if s.floor.pct is not None else s.floor.source
+    print(f"{s.label}: {label}, noise floor {floor}")
+    at = {f.sweep.sweep_id: f for f in s.flagged}
+    for p in s.points:
+        mark = ""
+        if (f := at.get(p.sweep_id)) is not None:
+            what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in f.what_changed.items()) or "nothing recorded changed"
+            mark = f"  <- {f.verdict} {f.change.pct:+.1f}% (z {f.change.z:+.1f}); what ran: {what}"
+        print(f"  {_when(p.ran_at)}  {p.cluster or '-':<10} {p.sweep_id:<24} {p.estimate.text(spec):>18}{mark}")
