@@ -39,7 +39,8 @@ def write_series(
         when = T0 + day * DAY
         sweep = root / key / sweep_id
         atomic.write_json(
-            sweep / "sweep.json", {"config_key": key, "sweep_id": sweep_id, "cluster_label": cluster, "created_at": when}
+            sweep / "sweep.json",
+            {"config_key": key, "sweep_id": sweep_id, "cluster_label": cluster, "created_at": when},
         )
         point_id = f"p{day:04d}c{conc}"
         for repeat in range(1, repeats + 1):

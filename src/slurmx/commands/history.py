@@ -20,7 +20,7 @@ from pathlib import Path
 
 from slurmx import paths
 from slurmx.collect.compare import parse_threshold
-from slurmx.collect.repeats import METRIC, METRICS
+from slurmx.collect.repeats import METRIC
 from slurmx.errors import UserError
 from slurmx.history import changes as ch
 from slurmx.history import index
@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="DIR",
         help="results tree to ingest first (repeatable; default: ./results or $SLURMX_RESULTS)",
     )
-    parser.add_argument("--db", metavar="URL", help=f"database URL or SQLite path (default: ${index.ENV_DB}, else beside the tree)")
+    parser.add_argument(
+        "--db", metavar="URL", help=f"database URL or SQLite path (default: ${index.ENV_DB}, else beside the tree)"
+    )
     parser.add_argument("--no-ingest", action="store_true", help="read the index as it is (no results tree read)")
     parser.add_argument(
         "--metric", choices=tuple(METRIC), default=DEFAULT_METRIC, help="the metric to follow (default: %(default)s)"
@@ -69,15 +71,17 @@ def run(args: argparse.Namespace) -> int:
                     raise UserError(f"--results {root}: no such directory")
             report = index.ingest(engine, roots)
             print(report.line(), file=sys.stderr)
-            for s in report.skipped:
-                print(f"  not indexed: {s.path}: {s.reason}", file=sys.stderr)
+            for sk in report.skipped:
+                print(f"  not indexed: {sk.path}: {sk.reason}", file=sys.stderr)
         metric = METRIC[args.metric]
         series = history(engine, args.key, metric)
         skipped = index.skipped_files(engine, args.key)
     finally:
         engine.dispose()
     if not series:
-        raise UserError(f"no valid result of key {args.key!r} in the index ({engine.url.render_as_string(hide_password=True)})")
+        raise UserError(
+            f"no valid result of key {args.key!r} in the index ({engine.url.render_as_string(hide_password=True)})"
+        )
     regressions = [(s, f) for s in series if threshold is not None and (f := s.newest_regression(threshold))]
     if args.json:
         out = {
@@ -85,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             "metric": metric.key,
             "method": {"window": ch.WINDOW, "z_crit": ch.Z_CRIT, "min_history": ch.MIN_HISTORY},
             "series": [s.json() for s in series],
-            "skipped": [s.json() for s in skipped],
+            "skipped": [sk.json() for sk in skipped],
             "fail_on_regression": threshold,
             "regressions": [f"{s.label}: {f.change.pct:+.1f}% at {f.sweep.sweep_id}" for s, f in regressions],
         }

@@ -204,7 +204,9 @@ def ingest(engine: Engine, roots: Iterable[Path]) -> Ingested:
         with engine.connect() as conn:
             known = {
                 (r.config_key, r.sweep_id): r.id
-                for r in conn.execute(sa.select(sweeps.c.id, sweeps.c.config_key, sweeps.c.sweep_id).where(sweeps.c.root == str(root)))
+                for r in conn.execute(
+                    sa.select(sweeps.c.id, sweeps.c.config_key, sweeps.c.sweep_id).where(sweeps.c.root == str(root))
+                )
             }
             stored: dict[int, dict[str, tuple[int, int]]] = {}
             for r in conn.execute(
