@@ -190,3 +190,19 @@ def test_the_same_history_from_sqlite_and_from_postgresql(
     engine = index.open_index(index.url_of(postgres_url, root))
     assert index.ingest(engine, [root]).files_read == 0
     engine.dispose()
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "results"
+    write_series(root, [1000.0] * 3)
+    cases = [
+        (["history", "no-such-key", "--results", str(root)], "no valid result of key 'no-such-key' in the index"),
+        (["history", KEY, "--results", str(tmp_path / "nowhere")], "no such directory"),
+        (["history", KEY, "--db", "postgresql://slurmx@127.0.0.1:1/none", "--no-ingest"], "cannot open"),
+        (["history", KEY, "--results", str(root), "--fail-on-regression", "lots"], "expected a percentage"),
+    ]
+    for argv, needle in cases:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err and needle in err[-1] and err[-1].startswith("slurmx: error: "), (argv, err)

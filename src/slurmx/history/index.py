@@ -162,7 +162,8 @@ def open_index(url: str) -> Engine:
                 conn.execute(sa.delete(meta).where(meta.c.key == "schema_version"))
                 conn.execute(sa.insert(meta).values(key="schema_version", value=SCHEMA_VERSION))
     except sa.exc.OperationalError as exc:
-        raise UserError(f"--db {engine.url.render_as_string(hide_password=True)}: cannot open: {exc.orig}") from None
+        first = str(exc.orig).strip().splitlines()[0]  # the driver's hint lines would break the one-line error
+        raise UserError(f"--db {engine.url.render_as_string(hide_password=True)}: cannot open: {first}") from None
     return engine
 
 
