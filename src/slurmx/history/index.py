@@ -289,13 +289,13 @@ def _ingest_sweep(
             conn.execute(sa.delete(results).where(results.c.file.in_(old)))
             conn.execute(sa.delete(files).where(files.c.sweep == sweep_ref, files.c.path.in_(stale)))
         rows = []
-        for path, (mtime_ns, size), row, reason in parsed:
-            file_ref = conn.execute(
-                sa.insert(files).values(sweep=sweep_ref, path=path, mtime_ns=mtime_ns, size=size, skipped_reason=reason)
-                .returning(files.c.id)
-            ).scalar_one()  # fmt: skip
-            if row is not None:
-                rows.append({**row, "sweep": sweep_ref, "file": file_ref})
+        if parsed:  # one batched INSERT ... RETURNING, ids in the order given
+            refs = conn.execute(
+                sa.insert(files).returning(files.c.id, sort_by_parameter_order=True),
+                [{"sweep": sweep_ref, "path": path, "mtime_ns": mtime_ns, "size": size, "skipped_reason": reason}
+                 for path, (mtime_ns, size), _, reason in parsed],
+            ).scalars().all()  # fmt: skip
+            rows = [{**row, "sweep": sweep_ref, "file": ref} for ref, (_, _, row, _) in zip(refs, parsed) if row]
         if rows:
             conn.execute(sa.insert(results), rows)
         # the sweep's time: sweep.json's, else its earliest result's start over every row it holds now
