@@ -206,3 +206,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert err and needle in err[-1] and err[-1].startswith("slurmx: error: "), (argv, err)
+
+
+def test_two_ingests_at_once_leave_one_copy_of_each_sweep(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    for day in range(0, 24, 4):
+        write_series(root, [1000.0] * 4, repeats=10, first_day=day, seed=day)
+    url = index.url_of(None, root)
+    index.open_index(url).dispose()  # the tables exist before the two race
+    code = f"from pathlib import Path; from slurmx.history import index; index.ingest(index.open_index({url!r}), [Path({str(root)!r})])"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert _counts(url) == {"slurmx_results": 240, "slurmx_files": 240, "slurmx_sweeps": 24}

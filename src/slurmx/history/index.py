@@ -223,7 +223,13 @@ def ingest(engine: Engine, roots: Iterable[Path]) -> Ingested:
             before = stored.get(sweep_ref, {}) if sweep_ref is not None else {}
             if sweep_ref is not None and now == before:
                 continue
-            _ingest_sweep(engine, root, sweep, sweep_ref, now, before, report)
+            try:
+                _ingest_sweep(engine, root, sweep, sweep_ref, now, before, report)
+            except sa.exc.IntegrityError:
+                # another ingest wrote this sweep meanwhile (its transaction rolled ours back): read what it wrote
+                sweep_ref, before = _stored_sweep(engine, root, sweep)
+                if sweep_ref is None or now != before:
+                    _ingest_sweep(engine, root, sweep, sweep_ref, now, before, report)
         # a sweep directory gone from the tree leaves the index with it
         present = {(s.config_key, s.sweep_id) for s in tree_sweeps}
         gone = [ref for name, ref in known.items() if name not in present]
@@ -233,6 +239,20 @@ def ingest(engine: Engine, roots: Iterable[Path]) -> Ingested:
                 _delete_sweeps(conn, gone)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _stored_sweep(engine: Engine, root: Path, sweep: SweepDir) -> tuple[int | None, dict[str, tuple[int, int]]]:
+    """The index's id of one sweep and its files' (mtime, size), as committed now."""
+    with engine.connect() as conn:
+        ref = conn.execute(
+            sa.select(sweeps.c.id).where(
+                sweeps.c.root == str(root), sweeps.c.config_key == sweep.config_key, sweeps.c.sweep_id == sweep.sweep_id
+            )
+        ).scalar()
+        if ref is None:
+            return None, {}
+        rows = conn.execute(sa.select(files.c.path, files.c.mtime_ns, files.c.size).where(files.c.sweep == ref))
+        return ref, {r.path: (r.mtime_ns, r.size) for r in rows}
 
 
 def _delete_sweeps(conn: Connection, refs: list[int]) -> None:
