@@ -59,6 +59,7 @@ IMPORTED = {
     "glm5.2-fp4-mi355x-atom-agentic-mtp": "repo-main",  # ATOM's in-process LMCache: the whole budget in every rank
     "minimaxm3-fp4-b200-trtllm-agentic-mtp": "repo-main",  # TRT-LLM: mpirun ... trtllm-serve, its --config YAML's keys
     "minimaxm3-fp4-b300-trtllm-agentic-mtp": "repo-main",  # TRT-LLM's native host tier (kv_cache_config.host_cache_size)
+    "dsv4-fp4-mi355x-sglang-agentic-mtp": "repo-main",  # a replay field by CONC: a per-conc replay rule
 }
 
 pytestmark = pytest.mark.slow
@@ -288,3 +289,31 @@ def test_the_dsv4_seed_recipe_is_what_import_writes_and_keeps_its_notes(
     after = recipe.read_text()  # the script's value back, the notes where they were; the date line is today's
     assert undated(after) == undated(before.decode())
     assert f"{DATE_LINE}{datetime.date.today().isoformat()}" in after.splitlines()
+
+
+def test_a_replay_field_set_by_conc_imports_a_per_conc_replay_rule_check_compares(
+    tmp_path: Path, fixtures: Path
+) -> None:
+    """dsv4_fp4_mi355x_sglang_mtp.sh exports AGENTIC_WARMUP_GRACE_PERIOD=3600 from conc 32, which benchmark_lib.sh
+    turns into the replay's --warmup-grace-period: the recipe keeps 1800 and a per-conc replay rule from 32; check
+    compares the flag point by point, so without the rule it names the conc 32 and 48 points."""
+    jobs, key, tree = tmp_path / "jobs", "dsv4-fp4-mi355x-sglang-agentic-mtp", fixtures / "repo-main"
+    _import(key, jobs, tree, tmp_path)
+    path = jobs / "dsv4_fp4_mi355x_sglang_mtp.yaml"
+    recipe = yaml.safe_load(path.read_text())
+    assert "warmup-grace-period-s" not in recipe["replay"]
+    rules = [r for r in recipe["engine"]["per-conc"] if "replay" in r]
+    assert rules == [{"conc-min": 32, "replay": {"warmup-grace-period-s": 3600}}]
+    shutil.copy(REVIEWED / "dsv4_fp4_mi355x_sglang_mtp.yaml", jobs / "differences")
+    check = ["recipes", "check", "--inferencex", str(tree), key, "--jobs", str(jobs)]
+    proc = slurmx(check, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recipe["engine"]["per-conc"] = [r for r in recipe["engine"]["per-conc"] if "replay" not in r]
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    proc = slurmx(check, cwd=tmp_path)
+    assert proc.returncode == 1
+    lines = [line for line in proc.stdout.splitlines() if "--warmup-grace-period" in line]
+    assert len(lines) == 2 and all("upstream '3600', slurmx '1800'" in line for line in lines), proc.stdout
+    assert {line.split()[1] for line in lines} == {
+        "dsv4_tp8_conc32_kvdram-hicache_spec-mtp", "dsv4_tp8_conc48_kvdram-hicache_spec-mtp"
+    }  # fmt: skip

@@ -650,6 +650,24 @@ def test_per_conc_env_resolves_on_its_concurrencies_and_never_sets_hashing_env(
     )  # fmt: skip
 
 
+def test_per_conc_replay_fields_resolve_on_their_concurrencies_and_only_typed_ones(
+    tmp_path: Path, seed_points: list[Point]
+) -> None:
+    data = bad()
+    data["engine"]["per-conc"].append({"conc-min": 32, "replay": {"warmup-grace-period-s": 3600}})
+    recipes = Recipes([load_recipe(write(tmp_path, data))])
+    dsv4 = [p for p in seed_points if p.config_key == SEED_KEYS[1]]
+    high, low = next(p for p in dsv4 if p.conc >= 32), next(p for p in dsv4 if p.conc < 32)
+    assert resolve(high, recipes).replay.warmup_grace_period_s == 3600
+    assert resolve(low, recipes).replay.warmup_grace_period_s == data["replay"].get("warmup-grace-period-s", 1800)
+    data["engine"]["per-conc"][-1]["replay"] = {"concurrency": 4}
+    refused(
+        tmp_path, data, "engine.per-conc[1].replay", "engine", "per-conc", "replay", says="not a typed replay field"
+    )
+    data["engine"]["per-conc"][-1]["replay"] = {"warmup-grace-period-s": -1}
+    refused(tmp_path, data, "engine.per-conc[1].replay", "engine", "per-conc", "replay", says="warmup-grace-period-s")
+
+
 def test_vllm_simple_extra_settings_pass_through_and_cannot_resize(tmp_path: Path) -> None:
     data = bad()
     data["arms"]["vllm-simple"] = {"extra-settings": {"enable_cross_layers_blocks": "true"}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from slurmx import engines
 from slurmx.config.master import kebab
@@ -63,6 +63,28 @@ class ConcRule(_Model):
     arm: str | None = None  # the kv-offload arm ("none" without one)
     flags: Flags = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)  # the engine's env on these concurrencies
+    # typed replay fields (REPLAY_FIELDS, kebab-case) on these concurrencies: a script that sets one by its CONC
+    # (dsv4_fp4_mi355x_sglang_mtp.sh: AGENTIC_WARMUP_GRACE_PERIOD=3600 from conc 32)
+    replay: dict[str, int | str | None] = Field(default_factory=dict)
+
+    @field_validator("replay")
+    @classmethod
+    def _typed_replay_fields(cls, replay: dict[str, int | str | None]) -> dict[str, int | str | None]:
+        names = {kebab(name): name for name in REPLAY_FIELDS.values()}
+        unknown = sorted(set(replay) - set(names))
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not a typed replay field (have: {', '.join(sorted(names))})")
+        try:
+            Replay.model_validate({"kind": "production", **{names[k]: v for k, v in replay.items()}})
+        except ValidationError as error:  # one line, at the rule's replay (not the Replay model's inner field)
+            first = error.errors()[0]
+            raise ValueError(f"{kebab(str(first['loc'][0]))}: {first['msg']}") from None
+        return replay
+
+    def replay_update(self) -> dict[str, int | str | None]:
+        """The rule's replay fields by the Replay model's attribute names (what model_copy updates)."""
+        names = {kebab(name): name for name in REPLAY_FIELDS.values()}
+        return {names[k]: v for k, v in self.replay.items()}
 
     def applies(self, conc: int, dp_attn: bool, tp: int | None = None, arm: str | None = None) -> bool:
         within = (self.conc_min is None or conc >= self.conc_min) and (self.conc_max is None or conc <= self.conc_max)

@@ -12,7 +12,7 @@ from slurmx.errors import ConfigError, UserError
 from slurmx.flags import render_flags
 from slurmx.plan import NodeLayout, Point
 from slurmx.recipes.load import RecipeFile, Recipes, arm_flags
-from slurmx.recipes.model import ConcRule, Match, Recipe
+from slurmx.recipes.model import ConcRule, Match, Recipe, Replay
 from slurmx.recipes.spec import DRAFT_PATH, Implementation, RouterSpec, ServingSpec
 
 
@@ -117,6 +117,16 @@ def conc_env(recipe: Recipe, point: Point) -> dict[str, str]:
     return {k: v for rule in per_point_rules(recipe, point) for k, v in rule.env.items()}
 
 
+def _replay(recipe: Recipe, arm_env: dict[str, str], point: Point) -> Replay:
+    """The point's replay: the recipe's, with its arm's env and the typed fields its per-conc rules set."""
+    update: dict[str, object] = {
+        k: v for rule in per_point_rules(recipe, point) for k, v in rule.replay_update().items()
+    }
+    if arm_env:
+        update["env"] = {**recipe.replay.env, **arm_env}
+    return recipe.replay.model_copy(update=update) if update else recipe.replay
+
+
 def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
     """The router in front of the engine: its own process with its own flags; it never touches the engine's."""
     recipe = file.recipe.router
@@ -178,9 +188,7 @@ def resolve(
         nodes=layout.nodes if layout is not None else 1,
         ranks_per_node=layout.ranks_per_node if layout is not None else 1,
         backend=backend,
-        replay=recipe.replay.model_copy(update={"env": {**recipe.replay.env, **arm.replay_env}})
-        if arm.replay_env
-        else recipe.replay,
+        replay=_replay(recipe, arm.replay_env, point),
         conc=point.conc,
         duration_s=point.duration_s or 3600,
         draft_model=recipe.engine.draft_model,

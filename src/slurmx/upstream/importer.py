@@ -34,6 +34,7 @@ from slurmx.upstream.derive import (
     MAX_NUM_SEQS,
     Derived,
     Observed,
+    conc_ranges,
     derive,
     one_hash_seed,
     parse_flags,
@@ -423,31 +424,50 @@ def beside_wheel(groups: Sequence[frozenset[str]], distribution: str) -> frozens
     return frozenset(n for g in groups if any(m.startswith(distribution) for m in g) for n in g)
 
 
-def replay_fields(captured: Sequence[Captured]) -> dict[str, Any]:
+def replay_fields(captured: Sequence[Captured]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The typed replay fields (REPLAY_FIELDS) the script's replay gives other values than slurmx's defaults: the
     aiperf fork's flags that changed between benchmark_lib.sh revisions (a cache-warmup duration or per-lane
-    warmup, the grace period, the stats interval, the idle-gap cap). Each holds one value on every point, or
-    the import is refused; a flag the script leaves out is none where the field can be none (not passed)."""
-    seen: dict[str, set[str]] = {}
+    warmup, the grace period, the stats interval, the idle-gap cap). Each holds one value on every point, or one
+    value per contiguous range of concurrencies (the script sets it by CONC): the lowest range's is the replay's,
+    each higher range is a per-conc rule with `replay`; anything else is refused. A flag the script leaves out is
+    none where the field can be none (not passed)."""
+    seen: dict[str, list[tuple[int, str]]] = {}
     for c in captured:
         replay = _replay(c)
         _, flags = parse_flags(replay.argv[1:]) if replay else ([], {})
         for flag in REPLAY_FIELDS:
-            seen.setdefault(flag, set()).add(_text(flags[flag]) if flag in flags else "")
+            seen.setdefault(flag, []).append((c.point.conc, _text(flags[flag]) if flag in flags else ""))
     fields: dict[str, Any] = {}
+    rules: list[dict[str, Any]] = []
     for flag, name in REPLAY_FIELDS.items():
-        if len(seen[flag]) > 1:
-            raise ImportRefused(f"replay {flag} differs between points (the replay's {name} holds one value)")
-        text = seen[flag].pop()
-        try:
-            value = getattr(Replay.model_validate({"kind": "production", name: text or None}, strict=False), name)
-        except ValidationError:
-            if not text:  # a field that is always passed: slurmx passes its default (check names it)
-                continue
-            raise ImportRefused(f"replay {flag} {text}: not a value of the replay's {name}") from None
-        if value != Replay.model_fields[name].default:
-            fields[kebab(name)] = value
-    return fields
+        ranges = conc_ranges(seen[flag])
+        if ranges is None:
+            raise ImportRefused(
+                f"replay {flag} differs between points of one concurrency (the replay's {name} holds one value a conc)"
+            )
+        for index, (low, high, text) in enumerate(ranges):
+            value = _replay_value(flag, name, str(text))
+            if index == 0 and value is not _UNSET and value != Replay.model_fields[name].default:
+                fields[kebab(name)] = value
+            elif index > 0:
+                if value is _UNSET:
+                    raise ImportRefused(f"replay {flag}: left out from conc {low} only (the replay passes it always)")
+                bounds = {**({"conc-min": low} if low else {}), **({"conc-max": high} if high else {})}
+                rules.append({**bounds, "replay": {kebab(name): value}})
+    return fields, rules
+
+
+_UNSET = object()  # a flag the script leaves out where the field is always passed: slurmx passes its default
+
+
+def _replay_value(flag: str, name: str, text: str) -> Any:
+    """The replay field's value for the flag's text ("" where the script leaves the flag out)."""
+    try:
+        return getattr(Replay.model_validate({"kind": "production", name: text or None}, strict=False), name)
+    except ValidationError:
+        if not text:  # a field that is always passed: slurmx passes its default (check names it)
+            return _UNSET
+        raise ImportRefused(f"replay {flag} {text}: not a value of the replay's {name}") from None
 
 
 def _text(value: object) -> str:
@@ -498,7 +518,10 @@ def import_key(key: str, captured: Sequence[Captured]) -> dict[str, Any]:
     if derived.misfits:
         raise ImportRefused("; ".join(m.line() for m in derived.misfits))
     data = recipe_data(key, captured, derived, draft, connectors)
-    data["replay"].update(replay_fields(captured))
+    fields, rules = replay_fields(captured)
+    data["replay"].update(fields)
+    if rules:
+        data["engine"]["per-conc"] = [*data["engine"].get("per-conc", []), *rules]
     flags = replay_flags(captured)
     if flags:
         data["replay"]["flags"] = flags
