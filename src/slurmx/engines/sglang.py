@@ -28,6 +28,7 @@ from slurmx.plan import Point
 HIERARCHICAL = "--enable-hierarchical-cache"  # SGLang's own host-memory tier (HiCache) on
 HICACHE_SIZED = ("--hicache-size", "--hicache-ratio")  # its host pool: GB per rank, or a ratio of the device pool
 SERVER_MODULE = "sglang.launch_server"
+ROUTER_MODULE = "sglang_router.launch_router"  # sglang-router's, a request router of its own process
 # every spelling SGLang's server arguments take for the parallel sizes slurmx sets (--tp, --dp, --ep-size): a recipe
 # may set none of them (the long ones are what some scripts pass: qwen3.5_fp8_mi300x_mtp.sh --tensor-parallel-size)
 PARALLEL_ALIASES = (
@@ -80,7 +81,10 @@ class SGLang:
     kv_pool_log = KV_POOL_LOG
     hash_env: frozenset[str] = frozenset()  # SGLang's radix cache keys on token ids, no hash seed
     tool_call_flags: tuple[str, ...] = ("--tool-call-parser",)
-    upstream_programs: Mapping[str, str] = MappingProxyType({f"python3 -m {SERVER_MODULE}": "engine"})
+    # the router InferenceX's dsv4 scripts start in front of a DP-attention server (by the image's own python3)
+    upstream_programs: Mapping[str, str] = MappingProxyType({
+        f"python3 -m {SERVER_MODULE}": "engine", f"python3 -m {ROUTER_MODULE}": "router",
+    })  # fmt: skip
     cache_env: tuple[str, ...] = ()
     env_prefixes: tuple[str, ...] = ("SGLANG_", "SGL_")
     image_packages: tuple[str, ...] = ("sglang", "sgl_kernel")

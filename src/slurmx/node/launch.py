@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurmx.engines.base import NodePart as NodePart  # re-exported: the node body builds parts
+from slurmx.errors import UserError
 from slurmx.node.replay import production_argv, synthetic_argv
 from slurmx.process import COMMON_ENV, Process, ServerPorts, loopback
-from slurmx.recipes.spec import DRAFT_PATH, MODEL_PATH, ServingSpec
+from slurmx.recipes.spec import DRAFT_PATH, INFERENCEX_FILE, MODEL_PATH, ServingSpec
 from slurmx.runtimes import Runtime
 from slurmx.store.atomic import write_text
 
@@ -98,6 +99,13 @@ def _launch_plan(
     plan = LaunchPlan(engine_url=loopback(ports.engine))
     plan.servers += backend.servers(spec.backend, ports, runtime, spec.env)
     flags = [f.replace(MODEL_PATH, runtime.model_path(spec.model)) for f in spec.engine_flags]
+    if any(INFERENCEX_FILE in f for f in flags):  # a file of InferenceX's checkout (a chat template)
+        checkout = runtime.inferencex_dir()
+        if checkout is None:
+            raise UserError(
+                f"{spec.recipe}: its engine flags name a file of InferenceX's checkout; this runtime mounts none"
+            )
+        flags = [f.replace(INFERENCEX_FILE, checkout) for f in flags]
     if spec.draft_model is not None:  # the pre-downloaded draft (provisioning puts it there)
         flags = [f.replace(DRAFT_PATH, runtime.model_path(spec.draft_model)) for f in flags]
     if spec.model_revision is not None:  # the snapshot provisioning fetched and checked, not the hub's newest

@@ -17,6 +17,10 @@ DRAFT_PATH = "{draft_model_path}"  # replaced by the draft's local path where th
 # a flag naming the served model's own path (--tokenizer-path) or a file in it (trtllm-serve's --chat_template
 # {model_path}/chat_template.jinja): replaced by the runtime's model path on the node
 MODEL_PATH = "{model_path}"
+# a flag naming a file of InferenceX's checkout (dsv4_fp4_b200_sglang_mtp.sh's --chat-template
+# "$SCRIPT_DIR/../chat_templates/deepseek_v4_thinking.jinja"): {inferencex}/PATH, PATH relative to the checkout as
+# the script spells it; replaced by where the runtime mounts the checkout on the node
+INFERENCEX_FILE = "{inferencex}"
 
 
 @dataclass(frozen=True)

@@ -279,8 +279,11 @@ def _runs(started: list[Started], tree: Path) -> tuple[ScriptRun, ...]:
     return tuple(runs)
 
 
+CAPTURE_TREE = "ix"  # where under its work dir a capture stages the script's InferenceX files
+
+
 def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float) -> Capture:
-    tree = work / "ix"
+    tree = work / CAPTURE_TREE
     agentic = tree / "benchmarks" / "single_node" / "agentic"
     agentic.mkdir(parents=True)
     for sibling in upstream.script.parent.iterdir():  # what it runs from its own directory, as InferenceX has it

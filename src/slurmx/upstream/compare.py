@@ -9,8 +9,9 @@ from pathlib import Path
 
 from slurmx.errors import UserError
 from slurmx.process import Process
+from slurmx.recipes.spec import INFERENCEX_FILE
 from slurmx.submit.resolved import Resolved
-from slurmx.upstream.capture import Capture, Upstream, capture
+from slurmx.upstream.capture import CAPTURE_TREE, Capture, Upstream, capture
 from slurmx.upstream.declared import Declared
 from slurmx.upstream.facts import (
     Difference,
@@ -48,7 +49,9 @@ def tree_of(upstream: Upstream) -> Path:
 def capture_facts(item: Resolved, upstream: Upstream) -> tuple[Capture, Facts]:
     with tempfile.TemporaryDirectory(prefix="slurmx-upstream-") as work:
         cap = capture(item.point, upstream, Path(work))
-        facts = upstream_facts(cap, capture_paths(str(cap.work_dir), upstream.model_path))
+        # a file of the staged tree an engine flag names, as the recipe's placeholder for it (slurmx's: point_facts)
+        tree = {f"{cap.work_dir}/{CAPTURE_TREE}/": f"{INFERENCEX_FILE}/"}
+        facts = upstream_facts(cap, {**tree, **capture_paths(str(cap.work_dir), upstream.model_path)})
     revision = aiperf_revision(tree_of(upstream))
     if revision is not None:  # the aiperf fork the tree pins: a moved submodule is a difference
         facts[("provision", "aiperf revision")] = revision

@@ -26,9 +26,9 @@ from slurmx.config.master import kebab
 from slurmx.flags import Flags, FlagValue
 from slurmx.plan import Point
 from slurmx.recipes.model import REPLAY_BUILT_FLAGS, REPLAY_FIELDS, Replay
-from slurmx.recipes.spec import MODEL_PATH
+from slurmx.recipes.spec import INFERENCEX_FILE, MODEL_PATH
 from slurmx.store.atomic import write_text
-from slurmx.upstream.capture import PORT, Capture, Started, Upstream, capture, process_names, program_of
+from slurmx.upstream.capture import CAPTURE_TREE, PORT, Capture, Started, Upstream, capture, process_names, program_of
 from slurmx.upstream.declared import DEFAULT_HASH_SEED, REPLAY_ONLY_ENV, Declared
 from slurmx.upstream.derive import (
     MAX_NUM_SEQS,
@@ -96,8 +96,9 @@ def router_data(captured: Sequence[Captured]) -> dict[str, Any] | None:
     for c in captured:
         roles = engines.get(c.point.framework).upstream_programs
         started = [s for s in c.capture.started if roles.get(program_of(s, roles)) == "router"]
-        if started:
-            routed.append((c, [started[-1].name, *started[-1].argv]))
+        if started:  # the router's program, by its leading arguments too (`python3 -m sglang_router.launch_router`)
+            words = program_of(started[-1], roles).split()
+            routed.append((c, [" ".join(words), *started[-1].argv[len(words) - 1 :]]))
     if not routed:
         return None
     programs = {argv[0] for _, argv in routed}
@@ -112,7 +113,7 @@ def router_data(captured: Sequence[Captured]) -> dict[str, Any] | None:
             for (_, item), v in provision_facts(c.capture.started, {}).items() if item == f"pip install {program}"}  # fmt: skip
     if len(pins) == 1 and (pin := pins.pop()):
         data["version"] = pin
-    data["launcher"] = [program]
+    data["launcher"] = program.split()
     with_router = {c.point.exp_name for c, _ in routed}
     if with_router == {c.point.exp_name for c in captured if c.point.dp_attn}:
         data["dp-attn"] = True
@@ -198,8 +199,11 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
 
 def _model_named(value: FlagValue, c: Captured) -> FlagValue:
     """A flag whose value is the staged model's path (a script's `--tokenizer-path "$MODEL"`) or a file in it
-    (trtllm-serve's `--chat_template "$MODEL_PATH/chat_template.jinja"`) as the recipe's placeholder for it: the path
-    is the capture's own, so it differs between points."""
+    (trtllm-serve's `--chat_template "$MODEL_PATH/chat_template.jinja"`), or a file of the InferenceX tree the script
+    runs from (`--chat-template "$SCRIPT_DIR/../chat_templates/X.jinja"`), as the recipe's placeholder for it: the
+    path is the capture's own, so it differs between points."""
+    if isinstance(value, str) and value.startswith(tree := f"{c.work}/{CAPTURE_TREE}/"):
+        return f"{INFERENCEX_FILE}/{value.removeprefix(tree)}"
     staged = c.upstream.model_path.replace("{work}", c.work)
     if not staged.startswith("/") or not isinstance(value, str):
         return value
