@@ -45,7 +45,11 @@ def test_the_argv_is_python_dash_m_with_the_model_by_flag() -> None:
     )
     assert argv == ["python3", "-m", "sglang.launch_server", "--model-path", "org/m", "--served-model-name", "org/m",
                     "--host", "127.0.0.1", "--port", "8888", "--tp", "8"]  # fmt: skip
-    assert dict(SGLANG.upstream_programs) == {"python3 -m sglang.launch_server": "engine"}
+    # the server, and the router InferenceX's dsv4 scripts start in front of a DP-attention server
+    assert dict(SGLANG.upstream_programs) == {
+        "python3 -m sglang.launch_server": "engine", "python3 -m sglang_router.launch_router": "router",
+    }  # fmt: skip
+    assert SGLANG.router_dp_size_flag is None  # sglang-router's --dp-aware asks the worker
 
 
 def test_hicache_settings_become_its_flags_and_read_back() -> None:

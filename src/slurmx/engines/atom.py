@@ -80,6 +80,7 @@ class Atom:
     # none needed: without --tool-call-parser ATOM reads the tool-call format off the model's chat template
     # (tool_parser/registry.py resolve_tool_call_parser), and the scripts pass none
     tool_call_flags: tuple[str, ...] = ()
+    router_dp_size_flag: str | None = None  # no router in InferenceX's ATOM scripts
     # kimik3/glm5.2 start `python -m ...`, dsv4 `python3 -u -m ...` (unbuffered): the same server
     upstream_programs: Mapping[str, str] = MappingProxyType({
         f"python -m {SERVER_MODULE}": "engine", f"python3 -u -m {SERVER_MODULE}": "engine",

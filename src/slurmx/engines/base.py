@@ -120,6 +120,9 @@ class Engine(Protocol):
     kv_pool_log: KvPoolLog
     hash_env: frozenset[str]  # env that decides the engine's prefix-cache block keys (recipe-wide only)
     tool_call_flags: tuple[str, ...]  # what an agentic recipe's tool-call requests need
+    # the flag that tells the router in front of a DP-attention engine how many data-parallel ranks its one URL holds
+    # (the point's tp); None where the router asks the worker itself
+    router_dp_size_flag: str | None
     loads_connectors: bool  # the engine plugs in a backend's connector class (else only "none" runs)
     revision_flag: str  # loads the model's hub snapshot at a commit (a recipe's model-revision)
     # the flag InferenceX's scripts pass the model path by (None: a positional after the launcher), as an imported

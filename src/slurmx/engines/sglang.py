@@ -81,6 +81,7 @@ class SGLang:
     kv_pool_log = KV_POOL_LOG
     hash_env: frozenset[str] = frozenset()  # SGLang's radix cache keys on token ids, no hash seed
     tool_call_flags: tuple[str, ...] = ("--tool-call-parser",)
+    router_dp_size_flag: str | None = None  # sglang-router's --dp-aware asks the worker (InferenceX's dsv4 scripts)
     # the router InferenceX's dsv4 scripts start in front of a DP-attention server (by the image's own python3)
     upstream_programs: Mapping[str, str] = MappingProxyType({
         f"python3 -m {SERVER_MODULE}": "engine", f"python3 -m {ROUTER_MODULE}": "router",

@@ -99,6 +99,7 @@ class TrtLlm:
     kv_pool_log = KV_POOL_LOG
     hash_env: frozenset[str] = frozenset()  # block reuse keys on token ids
     tool_call_flags: tuple[str, ...] = ()  # InferenceX's TRT-LLM scripts pass no tool parser
+    router_dp_size_flag: str | None = None  # no router in InferenceX's TRT-LLM scripts
     upstream_programs: Mapping[str, str] = MappingProxyType({LAUNCHER: "engine"})
     cache_env: tuple[str, ...] = ()
     env_prefixes: tuple[str, ...] = ("TLLM_", "TRTLLM_")

@@ -81,6 +81,7 @@ class VLLM:
     kv_pool_log = KV_POOL_LOG
     hash_env = frozenset({"VLLM_PREFIX_CACHE_HASH_SEED"})
     tool_call_flags: tuple[str, ...] = ("--enable-auto-tool-choice", "--tool-call-parser")
+    router_dp_size_flag: str | None = "--intra-node-data-parallel-size"  # vllm-router's
     upstream_programs: Mapping[str, str] = MappingProxyType({"vllm": "engine", "vllm-router": "router"})
     cache_env: tuple[str, ...] = ("VLLM_CACHE_ROOT",)
     env_prefixes: tuple[str, ...] = ("VLLM_",)

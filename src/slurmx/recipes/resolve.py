@@ -127,11 +127,6 @@ def _replay(recipe: Recipe, arm_env: dict[str, str], point: Point) -> Replay:
     return recipe.replay.model_copy(update=update) if update else recipe.replay
 
 
-# the flag that tells a router how many data-parallel ranks the one engine URL holds: vllm-router's; sglang-router
-# (InferenceX's dsv4 SGLang scripts: --dp-aware) asks the worker for its DP size itself
-ROUTER_DP_SIZE_FLAGS = {"vllm-router": "--intra-node-data-parallel-size"}
-
-
 def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
     """The router in front of the engine: its own process with its own flags; it never touches the engine's."""
     recipe = file.recipe.router
@@ -142,7 +137,7 @@ def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
         name = point.router.name if point.router else "a router"
         raise file.error(("router",), f"{point.config_key} asks for router {name!r}; the recipe has none by that name")
     flags = render_flags(recipe.flags)
-    if point.dp_attn and (dp_flag := ROUTER_DP_SIZE_FLAGS.get(recipe.name)) is not None:
+    if point.dp_attn and (dp_flag := engines.get(point.framework).router_dp_size_flag) is not None:
         flags += [dp_flag, str(point.tp)]
     version = point.router.version if point.router is not None and point.router.version else recipe.version
     return RouterSpec(

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from slurmx.errors import UserError
 from slurmx.process import Process
-from slurmx.recipes.spec import INFERENCEX_FILE
 from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import CAPTURE_TREE, Capture, Upstream, capture
 from slurmx.upstream.declared import Declared
@@ -49,8 +48,10 @@ def tree_of(upstream: Upstream) -> Path:
 def capture_facts(item: Resolved, upstream: Upstream) -> tuple[Capture, Facts]:
     with tempfile.TemporaryDirectory(prefix="slurmx-upstream-") as work:
         cap = capture(item.point, upstream, Path(work))
-        # a file of the staged tree an engine flag names, as the recipe's placeholder for it (slurmx's: point_facts)
-        tree = {f"{cap.work_dir}/{CAPTURE_TREE}/": f"{INFERENCEX_FILE}/"}
+        # a file of the staged tree (an engine flag's chat template) where the node sees the checkout, as slurmx's
+        # processes name it once launch has filled in the recipe's {inferencex}
+        checkout = item.runtime.inferencex_dir()
+        tree = {f"{cap.work_dir}/{CAPTURE_TREE}/": f"{checkout}/"} if checkout is not None else {}
         facts = upstream_facts(cap, {**tree, **capture_paths(str(cap.work_dir), upstream.model_path)})
     revision = aiperf_revision(tree_of(upstream))
     if revision is not None:  # the aiperf fork the tree pins: a moved submodule is a difference

@@ -23,7 +23,6 @@ import yaml
 from slurmx.node import provision
 from slurmx.node.provision import script_value
 from slurmx.process import Process
-from slurmx.recipes.spec import INFERENCEX_FILE
 from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.slurm.sbatch import render_sbatch
 from slurmx.submit.arrays import array_plans
@@ -297,8 +296,6 @@ def point_facts(item: Resolved, processes: list[Process], staged: bool) -> Facts
     assert item.serving is not None
     model = item.runtime.model_path(item.serving.model)
     paths = {model: MODEL_PATH} if staged and model.startswith("/") else {}
-    if (checkout := item.runtime.inferencex_dir()) is not None:  # a file of it an engine flag names
-        paths[f"{checkout}/"] = f"{INFERENCEX_FILE}/"
     return slurmx_facts(processes, job_env(item), slurmx_provision_facts(item), paths)
 
 
