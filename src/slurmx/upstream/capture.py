@@ -62,9 +62,14 @@ POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
 # The node's own files some scripts read (the RDMA rails' state under /sys): the programs that read them here
 # read the capture's SANDBOX copy instead, which holds what the point's cluster node has (NODE_FILES); a path
 # the point's cluster has no entry for reads as absent, as on a node without it. (A bash builtin test of such a
-# path, [ -e ... ], still sees this machine's.)
-HOST_READS = ("/sys/class/infiniband/",)
-HOST_READERS = ("grep", "cat")
+# path, [ -e ... ], still sees this machine's, and a glob of one expands against this machine's names before a
+# reader gets them: a name only this machine has reads as absent too.)
+# /usr/local/ is the container image's (its CUDA toolkit, its Python's packages: the DSv4 B200/B300 SGLang scripts
+# `find` Triton's ptxas there for TRITON_PTXAS_PATH). The capture has no image: nothing is staged under it, so
+# the search finds nothing on every machine (this one has no CUDA, another has) and the capture records no
+# TRITON_PTXAS_PATH, where production's container exports its image's ptxas (docs/recipes.md).
+HOST_READS = ("/sys/class/infiniband/", "/usr/local/")
+HOST_READERS = ("grep", "cat", "find")
 NODE_FILES: dict[str, dict[str, str]] = {
     # InferenceX's Kimi-K3 B300 script picks the first rail whose port 1 is ACTIVE, "order starts at mlx5_0 so a
     # healthy node is unchanged" (kimik3_fp4_b300_vllm_mtp.sh): a healthy B300 node's mlx5_0, in sysfs's format
@@ -97,6 +102,11 @@ class Upstream:
     # the size of the point's cluster node's /dev/shm in GiB (its profile's node.shm-gib), which `df` reports under
     # capture (all of it free: the node is the point's); None: df of /dev/shm fails, as on a node without one
     shm_gib: int | None = None
+    # the launcher's container mounts InferenceX's checkout at /workspace (its default; not for the images that
+    # install their engine under /workspace, which it mounts at /ix): the capture's workspace then holds what
+    # that mount has that a script tests for, the aiperf submodule (the workflow checks out with submodules).
+    # False: the workspace holds no checkout, as under a launcher that mounts it elsewhere or was not run
+    checkout_at_workspace: bool = False
 
 
 @dataclass(frozen=True)
@@ -240,9 +250,8 @@ _CAPTURED: dict[str, Capture] = {}
 def fingerprint(point: Point, upstream: Upstream) -> str:
     """What a capture's run depends on: the point, what the launcher hands the script, and the bytes of the
     script, the files beside it and benchmark_lib.sh (an edited tree is a new run)."""
-    digest = hashlib.sha256(
-        repr((point, upstream.model_path, upstream.launcher_env, upstream.shm_gib, upstream.script.name)).encode()
-    )
+    given = (point, upstream.model_path, upstream.launcher_env, upstream.shm_gib, upstream.checkout_at_workspace)
+    digest = hashlib.sha256(repr((*given, upstream.script.name)).encode())
     for path in [*sorted(p for p in upstream.script.parent.iterdir() if p.is_file()), upstream.lib]:
         digest.update(f"\0{path.name}\0".encode() + path.read_bytes())
     return digest.hexdigest()
@@ -279,6 +288,7 @@ def _runs(started: list[Started], tree: Path) -> tuple[ScriptRun, ...]:
     return tuple(runs)
 
 
+AIPERF_SUBMODULE = "utils/aiperf"  # InferenceX's aiperf fork, a submodule of its checkout
 CAPTURE_TREE = "ix"  # where under its work dir a capture stages the script's InferenceX files
 
 
@@ -301,6 +311,8 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
     # the lib where a multinode replay script sources it ($INFMAX_CONTAINER_WORKSPACE/benchmarks/)
     (workspace / "benchmarks").mkdir(parents=True)
     (workspace / "benchmarks" / "benchmark_lib.sh").write_text(upstream.lib.read_text())
+    if upstream.checkout_at_workspace:  # the checkout's aiperf submodule, which a script tests the mount by
+        (workspace / AIPERF_SUBMODULE).mkdir(parents=True)
     log = work / "standin.jsonl"
     base = launcher_env(point, upstream, work / "result", home)
     env = {

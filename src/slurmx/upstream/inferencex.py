@@ -9,11 +9,13 @@ from pathlib import Path
 
 from slurmx.errors import UserError
 from slurmx.plan import Point
-from slurmx.upstream.capture import Upstream
+from slurmx.upstream.capture import AIPERF_SUBMODULE, Upstream
 from slurmx.upstream.launcher import inherited, run_launcher
 
 AGENTIC = Path("benchmarks/single_node/agentic")
 LIB = Path("benchmarks/benchmark_lib.sh")
+# where InferenceX's container runs its benchmark scripts (INFMAX_CONTAINER_WORKSPACE's default)
+WORKSPACE = "/workspace"
 
 
 def script_candidates(point: Point) -> list[str]:
@@ -50,7 +52,8 @@ def upstream_for(tree: Path, point: Point, shm_gib: int | None = None) -> Upstre
         model_path = ""  # the launcher stages no weights (mi325x-amds): the script fetches $MODEL into the hub cache
     rewrites_model = "MODEL_PATH" in handed and handed.get("MODEL") == handed["MODEL_PATH"]
     exports = ((("MODEL", model_path),) if rewrites_model else ()) + tuple(inherited(launch).items())
-    return Upstream(script, tree / LIB, model_path, exports, launch, shm_gib)
+    at_workspace = launch.why_not is None and launch.checkout_at(WORKSPACE)
+    return Upstream(script, tree / LIB, model_path, exports, launch, shm_gib, at_workspace)
 
 
 def content_digest(*files: Path) -> str:
@@ -68,7 +71,7 @@ def git_commit(tree: Path) -> str | None:
     return done.stdout.strip() or None
 
 
-AIPERF = "utils/aiperf"  # InferenceX's aiperf fork, a submodule of its tree
+AIPERF = AIPERF_SUBMODULE  # InferenceX's aiperf fork, a submodule of its tree
 
 
 @functools.cache  # one git call per checkout, not one per point

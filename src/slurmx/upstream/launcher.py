@@ -188,6 +188,22 @@ class Launch:
         """What the launcher hands the container beyond the env it was given."""
         return {k: v for k, v in self.handed().items() if self.given.get(k) != v}
 
+    def mounts(self) -> dict[str, str]:
+        """The container srun's mounts, target -> source (trailing slashes dropped; a bare path mounts itself)."""
+        found = self.container()
+        mounts: dict[str, str] = {}
+        for mount in (found[1].get("--container-mounts") or "").split(",") if found else []:
+            source, _, rest = mount.partition(":")
+            if source:
+                mounts[_path(rest.partition(":")[0] or source)] = _path(source)
+        return mounts
+
+    def checkout_at(self, target: str) -> bool:
+        """Whether the container srun mounts the workflow's checkout ($GITHUB_WORKSPACE, checked out with its
+        submodules: utils/aiperf) at `target`."""
+        checkout = self.given.get("GITHUB_WORKSPACE")
+        return checkout is not None and self.mounts().get(target) == _path(checkout)
+
     def script(self) -> str | None:
         """The benchmark script the container srun runs (relative to the workspace)."""
         found = self.container()
