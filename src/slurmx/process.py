@@ -31,6 +31,7 @@ class ServerPorts:
     engine: int  # where clients connect: the engine, or the router in front of it
     engine_behind_router: int = 0  # the engine's own port when a router fronts it
     router_metrics: int = 0  # the router's Prometheus port
+    rendezvous: int = 0  # where an engine on one node joins its ranks (Engine.local_rendezvous_flags)
     named: Mapping[str, int] = field(default_factory=dict)  # a backend's own ports, by the names it declares
 
     def __getitem__(self, name: str) -> int:

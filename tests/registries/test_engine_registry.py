@@ -116,6 +116,9 @@ class ToyEngine:
     def node_env(self, part: NodePart) -> dict[str, str]:
         return {}
 
+    def local_rendezvous_flags(self, argv: list[str], port: int) -> list[str]:
+        return []
+
     def cache_reset_path(self) -> str | None:
         return None
 

@@ -185,6 +185,9 @@ class Atom:
     def node_env(self, part: NodePart) -> dict[str, str]:
         return {}
 
+    def local_rendezvous_flags(self, argv: list[str], port: int) -> list[str]:
+        return []  # no rendezvous address of its own on one node
+
     def cache_reset_path(self) -> str | None:
         return None  # the scripts reset nothing between points; slurmx starts a server per point
 

@@ -204,6 +204,11 @@ class Engine(Protocol):
         """`part`'s env: the address the engine advertises to the other nodes."""
         ...
 
+    def local_rendezvous_flags(self, argv: list[str], port: int) -> list[str]:
+        """The flags an engine on one node with server `argv` needs to name its ranks' rendezvous at `port`, a free
+        loopback port the node chose (ServerPorts.rendezvous); [] where it needs none."""
+        ...
+
     def cache_reset_path(self) -> str | None:
         """POST path that empties the engine's prefix cache (and the external tier's view of it)."""
         ...

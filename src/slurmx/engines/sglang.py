@@ -168,6 +168,12 @@ class SGLang:
     def node_env(self, part: NodePart) -> dict[str, str]:
         return {}
 
+    def local_rendezvous_flags(self, argv: list[str], port: int) -> list[str]:
+        """DP attention joins its ranks over TCP at --dist-init-addr (and the ports right above it); without one
+        on one node SGLang derives it from its --port (+233), and some versions refuse dp_size > 1 without it.
+        InferenceX's dsv4 scripts pass 127.0.0.1:$((PORT + 2000)); slurmx passes a port the node found free."""
+        return ["--dist-init-addr", f"127.0.0.1:{port}"] if "--enable-dp-attention" in argv else []
+
     def cache_reset_path(self) -> str | None:
         return "/flush_cache"  # empties the radix cache and, with HiCache, the host tier
 

@@ -200,6 +200,9 @@ class TrtLlm:
     def node_env(self, part: NodePart) -> dict[str, str]:
         return {}
 
+    def local_rendezvous_flags(self, argv: list[str], port: int) -> list[str]:
+        return []  # no rendezvous address of its own on one node
+
     def cache_reset_path(self) -> str | None:
         return None  # trtllm-serve has no cache-reset endpoint: each point starts its own server
 

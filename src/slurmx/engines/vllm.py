@@ -216,6 +216,9 @@ class VLLM:
         # network beside the fabric may not be the one the other nodes reach: Slurm's NodeAddr is.
         return {"VLLM_HOST_IP": part.address} if part.address else {}
 
+    def local_rendezvous_flags(self, argv: list[str], port: int) -> list[str]:
+        return []  # no rendezvous address of its own on one node
+
     def cache_reset_path(self) -> str | None:
         # needs VLLM_SERVER_DEV_MODE=1; reset_external also clears the connector's view
         return "/reset_prefix_cache?reset_external=true"

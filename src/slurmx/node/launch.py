@@ -51,8 +51,9 @@ def write_files(process: Process) -> None:
 
 
 def ports_needed(spec: ServingSpec) -> int:
-    """Free ports a point needs on its node: the engine's, one behind a router, and the backend's own."""
-    return 3 + len(spec.implementation.backend.ports_of(spec.backend))
+    """Free ports a point needs on its node: the engine's, one behind a router, the router's metrics, the engine's
+    ranks' rendezvous, and the backend's own."""
+    return 4 + len(spec.implementation.backend.ports_of(spec.backend))
 
 
 def choose_ports(spec: ServingSpec, free: list[int]) -> ServerPorts:
@@ -61,7 +62,8 @@ def choose_ports(spec: ServingSpec, free: list[int]) -> ServerPorts:
         engine=free[0],
         engine_behind_router=free[1],
         router_metrics=free[2],
-        named=dict(zip(names, free[3:], strict=True)),
+        rendezvous=free[3],
+        named=dict(zip(names, free[4:], strict=True)),
     )
 
 
@@ -120,6 +122,8 @@ def _launch_plan(
     argv += offload_flags
     if part is not None:
         argv += engine.node_flags(part, spec.nodes, spec.ranks_per_node)
+    else:
+        argv += engine.local_rendezvous_flags(argv, ports.rendezvous)
     engine_env = {**COMMON_ENV, **spec.env, **offload_env, **(engine.node_env(part) if part is not None else {})}
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home

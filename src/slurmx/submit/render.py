@@ -61,7 +61,9 @@ def review_port(name: str, index: int) -> int:
 def review_ports(spec: ServingSpec) -> ServerPorts:
     names = spec.implementation.backend.ports_of(spec.backend)
     named = {name: review_port(name, i) for i, name in enumerate(names)}
-    return ServerPorts(engine=8888, engine_behind_router=8889, router_metrics=18888, named=named)
+    # InferenceX's: PORT=8888, its backend behind a router PORT+1, the router's metrics PORT+10000, the dsv4 SGLang
+    # scripts' --dist-init-addr PORT+2000
+    return ServerPorts(engine=8888, engine_behind_router=8889, router_metrics=18888, rendezvous=10888, named=named)
 
 
 def point_processes(item: Resolved) -> list[Process]:
