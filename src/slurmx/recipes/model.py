@@ -196,6 +196,9 @@ class RouterRecipe(_Model):
 
     name: str  # the config's router name this serves, e.g. vllm-router
     version: str | None = None  # installed by the provisioning step when set
+    # the image's own router runs, as the script starts it without installing one: provisioning installs none,
+    # whatever version the point's config names (InferenceX hands that to the script only as ROUTER_METADATA)
+    from_image: bool = False
     launcher: list[str] = Field(min_length=1)
     dp_attn: bool = False  # start it for every DEP point (one logical worker per DP rank)
     metrics_port: bool = False  # --prometheus-host/--prometheus-port on a port chosen on the node

@@ -140,6 +140,8 @@ def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
     if point.dp_attn and (dp_flag := engines.get(point.framework).router_dp_size_flag) is not None:
         flags += [dp_flag, str(point.tp)]
     version = point.router.version if point.router is not None and point.router.version else recipe.version
+    if recipe.from_image:  # the image's router, as upstream runs it: nothing to install
+        version = None
     return RouterSpec(
         name=recipe.name,
         version=version,

@@ -109,8 +109,12 @@ def router_data(captured: Sequence[Captured]) -> dict[str, Any] | None:
     program = programs.pop()
     names = {c.point.router.name for c, _ in routed if c.point.router is not None}
     data: dict[str, Any] = {"name": names.pop() if len(names) == 1 else program}
+    # the router's pip installs, by its program's name (vllm-router) or the config's router name (sglang-router)
+    installs = {f"pip install {program}", f"pip install {data['name']}"}
     pins = {v.split()[0].partition("==")[2] for c, _ in routed
-            for (_, item), v in provision_facts(c.capture.started, {}).items() if item == f"pip install {program}"}  # fmt: skip
+            for (_, item), v in provision_facts(c.capture.started, {}).items() if item in installs}  # fmt: skip
+    if not pins:  # no point's script installs it: the image's own runs (the DSv4 B200/B300 SGLang scripts)
+        data["from-image"] = True
     if len(pins) == 1 and (pin := pins.pop()):
         data["version"] = pin
     data["launcher"] = program.split()
