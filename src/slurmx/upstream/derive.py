@@ -275,8 +275,8 @@ def derive(points: Sequence[Observed], base_arm: str = "none") -> Derived:
 def _placed(points: Sequence[Observed], value: Callable[[Observed], object]) -> list[tuple[Bounds, object]] | None:
     """A flag's (or env variable's) per-conc rules, by the first that fits: one value on each side of DP attention
     (a script's `if DP_ATTENTION` branch), contiguous concurrency ranges over every point, such ranges on each
-    side of DP attention, or one value per tensor parallelism (a script's `if [ "$TP" -eq 4 ]`); None when none
-    fits. ABSENT values are in the list (the caller writes no rule)."""
+    side of DP attention, one value per tensor parallelism (a script's `if [ "$TP" -eq 4 ]`), or one per side of
+    DP attention and tensor parallelism; None when none fits. ABSENT values are in the list (the caller writes no rule)."""
     sides = sorted({p.dp_attn for p in points})
     by_side = {side: [p for p in points if p.dp_attn == side] for side in sides}
     if len(sides) == 2 and all(_one([value(p) for p in side]) for side in by_side.values()):
@@ -290,6 +290,12 @@ def _placed(points: Sequence[Observed], value: Callable[[Observed], object]) -> 
     by_tp = {tp: [value(p) for p in points if p.tp == tp] for tp in sorted({p.tp for p in points})}
     if len(by_tp) > 1 and all(_one(v) for v in by_tp.values()):
         return [((None, None, None, tp), v[0]) for tp, v in by_tp.items()]
+    # one value per side of DP attention and tensor parallelism: a flag of the DP branch set to $TP over several
+    # TP sizes (dsv4_fp4_b300_sglang_mtp.sh's --tokenizer-worker-num "$TP" on DEP4 and DEP8)
+    groups = sorted({(p.dp_attn, p.tp) for p in points})
+    by_both = {g: [value(p) for p in points if (p.dp_attn, p.tp) == g] for g in groups}
+    if len(sides) == 2 and len(by_tp) > 1 and all(_one(v) for v in by_both.values()):
+        return [((None, None, side, tp), v[0]) for (side, tp), v in by_both.items()]
     return None
 
 
