@@ -60,6 +60,10 @@ IMPORTED = {
     "minimaxm3-fp4-b200-trtllm-agentic-mtp": "repo-main",  # TRT-LLM: mpirun ... trtllm-serve, its --config YAML's keys
     "minimaxm3-fp4-b300-trtllm-agentic-mtp": "repo-main",  # TRT-LLM's native host tier (kv_cache_config.host_cache_size)
     "dsv4-fp4-mi355x-sglang-agentic-mtp": "repo-main",  # a replay field by CONC: a per-conc replay rule
+    # the image's own sglang-router (from-image), --dist-init-addr at the node's rendezvous port, the checkout's
+    # utils/aiperf at the capture's workspace (launch_b200-dgxc.sh mounts it at /workspace)
+    "dsv4-fp4-b200-sglang-agentic-hicache-mtp": "repo-main",
+    "dsv4-fp4-b300-sglang-agentic-hicache-mtp": "repo-main",  # --tokenizer-worker-num "$TP" by DP attention and TP
 }
 
 pytestmark = pytest.mark.slow
