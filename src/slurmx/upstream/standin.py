@@ -14,6 +14,7 @@ and pathlib would double each start's CPU time).
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # the C module: `signal` would import enum on every stand-in start
 import os
 import sys
 
@@ -50,11 +51,15 @@ def _record(name: str, argv: list[str], server: bool) -> None:
         row["files"] = _files_named(argv)
         row["start"] = _started()
     line = repr(row) + "\n"
+    # the script may TERM a background stand-in as it records (its GPU monitor): the line goes out whole first,
+    # else a torn record runs into the next one's line (a SyntaxError in the capture's reader)
+    held = _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP))
     fd = os.open(os.environ["STANDIN_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, held)
 
 
 def _started() -> tuple[int, int]:
