@@ -51,6 +51,7 @@ class ToyEngine:
     kv_pool_log = KvPoolLog(
         marker="pool holds", size=r"pool holds (?P<tokens>\d+) tokens", rank=r"\[(?P<tag>r\d+)\]", default_rank="r0"
     )
+    reserved_kv_blocks = 0
     hash_env = frozenset({"TOY_HASH_SEED"})
     tool_call_flags: tuple[str, ...] = ("--tools",)
     loads_connectors = True
@@ -66,6 +67,9 @@ class ToyEngine:
 
     def block_size(self, flags: Flags) -> int:
         return 16
+
+    def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
+        return None
 
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
         return flags, {}

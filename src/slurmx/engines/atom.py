@@ -76,6 +76,7 @@ class Atom:
     distributions: tuple[str, ...] = ("atom", "amd-aiter", "torch", "lmcache")
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
+    reserved_kv_blocks = 0
     hash_env: frozenset[str] = frozenset()
     # none needed: without --tool-call-parser ATOM reads the tool-call format off the model's chat template
     # (tool_parser/registry.py resolve_tool_call_parser), and the scripts pass none
@@ -122,6 +123,9 @@ class Atom:
     def block_size(self, flags: Flags) -> int:
         block = flags.get("--block-size")
         return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
+
+    def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
+        return None  # sized from free memory at start: only its log line knows
 
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
         return flags, {}  # every setting is a flag

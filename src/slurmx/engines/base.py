@@ -118,6 +118,7 @@ class Engine(Protocol):
     image_packages: tuple[str, ...]
     metrics: EngineMetrics
     kv_pool_log: KvPoolLog
+    reserved_kv_blocks: int  # blocks of the pool no request ever holds (vLLM's null block), for `slurmx advise`
     hash_env: frozenset[str]  # env that decides the engine's prefix-cache block keys (recipe-wide only)
     tool_call_flags: tuple[str, ...]  # what an agentic recipe's tool-call requests need
     # the flag that tells the router in front of a DP-attention engine how many data-parallel ranks its one URL holds
@@ -141,6 +142,11 @@ class Engine(Protocol):
     def block_size(self, flags: Flags) -> int:
         """The KV block size in tokens that an engine run with `flags` uses (its own default where they set none):
         a recipe's engine block-size, which the backends' chunk checks read."""
+        ...
+
+    def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
+        """The KV pool in tokens (what its pool-size log line will say) that `argv` fixes, or None where the engine
+        sizes it from free memory at start (then only its log knows)."""
         ...
 
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:

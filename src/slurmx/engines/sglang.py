@@ -79,6 +79,7 @@ class SGLang:
     distributions: tuple[str, ...] = ("sglang", "sgl-kernel", "torch", "flashinfer-python", "sglang-router")
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
+    reserved_kv_blocks = 0
     hash_env: frozenset[str] = frozenset()  # SGLang's radix cache keys on token ids, no hash seed
     tool_call_flags: tuple[str, ...] = ("--tool-call-parser",)
     router_dp_size_flag: str | None = None  # sglang-router's --dp-aware asks the worker (InferenceX's dsv4 scripts)
@@ -116,6 +117,11 @@ class SGLang:
     def block_size(self, flags: Flags) -> int:
         block = flags.get("--block-size")
         return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
+
+    def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
+        """--max-total-tokens; else sized from --mem-fraction-static at start."""
+        tokens = _argv_value(argv, "--max-total-tokens")
+        return int(tokens) if tokens is not None and tokens.isdigit() else None
 
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
         return flags, {}  # every setting is a flag
@@ -185,3 +191,14 @@ class SGLang:
 
 
 ENGINE = SGLang()
+
+
+def _argv_value(argv: list[str], flag: str) -> str | None:
+    """The value after `flag` (or of `flag=VALUE`) in an argv, the last one where it repeats."""
+    found = None
+    for index, word in enumerate(argv):
+        if word == flag and index + 1 < len(argv):
+            found = argv[index + 1]
+        elif word.startswith(flag + "="):
+            found = word.partition("=")[2]
+    return found

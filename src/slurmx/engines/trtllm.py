@@ -97,6 +97,7 @@ class TrtLlm:
     distributions: tuple[str, ...] = ("tensorrt_llm", "tensorrt", "torch", "flashinfer-python")
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
+    reserved_kv_blocks = 0
     hash_env: frozenset[str] = frozenset()  # block reuse keys on token ids
     tool_call_flags: tuple[str, ...] = ()  # InferenceX's TRT-LLM scripts pass no tool parser
     router_dp_size_flag: str | None = None  # no router in InferenceX's TRT-LLM scripts
@@ -129,6 +130,9 @@ class TrtLlm:
         kv = flags.get(KV_CACHE)
         block = kv.get(TOKENS_PER_BLOCK) if isinstance(kv, dict) else None
         return block if isinstance(block, int) else DEFAULT_TOKENS_PER_BLOCK
+
+    def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
+        return None  # sized from free memory at start: only its log line knows
 
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
         """`--config MAPPING` (what sized_flags gathered) as the YAML file it names in `run_dir`."""
