@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("collect",),  # what the login node reads: rows, repeats, compare, plots, report (never node/)
     ("history",),  # the index of every result across sweeps and trees (a database), series and their changes
     ("node",),  # the job body
+    ("advise",),  # a point's trace through a model of the engine's prefix cache (reads node/trace.py's rows)
     ("submit", "status"),  # stages run from a login node
     ("upstream",),  # InferenceX's scripts captured as the oracle, compared with slurmx's resolved points
     ("commands", "cli", "__main__"),  # argument parsing and printing

@@ -1,0 +1,1 @@
+"""`slurmx advise`: a point's trace through a model of the engine's prefix cache, before anything runs."""
