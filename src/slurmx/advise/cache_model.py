@@ -171,8 +171,9 @@ def replay(
         prefill_tokens = 0
         while waiting:
             request = waiting[0]
-            keys = block_keys(request.turn.prompt, block_tokens)[: (request.tokens - 1) // block_tokens]
-            hits = pool.hit(keys)
+            keys = block_keys(request.turn.prompt, block_tokens)
+            # the last prompt token is always computed (its logits are needed): a full hit stops a block short
+            hits = pool.hit(keys[: (request.tokens - 1) // block_tokens])
             needed = -(-request.tokens // block_tokens) - len(hits)
             evictable_hits = sum(1 for b in hits if b in pool.free)
             if needed > len(pool.free) - evictable_hits:
@@ -188,11 +189,11 @@ def replay(
                 hit = len(hits) * block_tokens
                 prompt_tokens += len(request.turn.prompt)
                 hit_tokens += hit
-                missed = keys[len(hits) :]
+                missed = keys[len(hits) : (request.tokens - 1) // block_tokens]
                 again = [key for key in missed if key in computed_keys]
                 recomputed += len(again) * block_tokens
                 tier_served += sum(1 for key in again if key in tier) * block_tokens
-                for key in missed:
+                for key in keys[len(hits) :]:
                     computed_keys.add(key)
                     tier[key] = None
                     tier.move_to_end(key)
