@@ -13,7 +13,19 @@ from slurmx.errors import UserError
 
 # Subcommand -> module. Only the module of the command being run is imported, so `slurmx plan`
 # does not pay for submitit, matplotlib and the node code.
-COMMANDS = ("plan", "submit", "status", "cancel", "logs", "collect", "history", "render", "rebuild", "recipes", "advise")
+COMMANDS = (
+    "plan",
+    "submit",
+    "status",
+    "cancel",
+    "logs",
+    "collect",
+    "history",
+    "render",
+    "rebuild",
+    "recipes",
+    "advise",
+)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -74,7 +74,7 @@ class Advice:
             "point-id": self.point.point_id,
             "config-key": self.point.config_key,
             "arm": self.point.backend_name,
-            "tp": self.point.tp,
+            "parallelism": self.point.parallelism,
             "conc": self.point.conc,
             "note": self.note,
             "block-tokens": self.block_tokens or None,

@@ -60,16 +60,18 @@ def _print(advice: list[Advice]) -> None:
     for key in dict.fromkeys(a.point.config_key for a in advice):
         rows = [a for a in advice if a.point.config_key == key]
         table = Table(title=f"{key}: {len(rows)} points", title_justify="left")
-        columns = ("point id", "arm", "tp", "conc", "pool tok", "GPU hit %", "live set tok", "live set GB",
+        columns = ("point id", "arm", "parallelism", "conc", "pool tok", "GPU hit %", "live set tok", "live set GB",
                    "recomputed %", "tier %", "verdict")  # fmt: skip
         for column in columns:
-            table.add_column(column, justify="left" if column in ("point id", "arm", "verdict") else "right")
+            table.add_column(
+                column, justify="left" if column in ("point id", "arm", "parallelism", "verdict") else "right"
+            )
         for a in rows:
             o = a.outcome
             table.add_row(
                 a.point.point_id,
                 a.point.backend_name,
-                str(a.point.tp),
+                a.point.parallelism,
                 str(a.point.conc),
                 f"{a.usable_pool_tokens}/{a.kv_pool_tokens}" if a.kv_pool_tokens else "-",
                 _pct(a.hit_rate),
