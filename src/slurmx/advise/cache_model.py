@@ -13,7 +13,7 @@ grows with the prefill tokens they compute, so who overlaps whom follows the wor
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # The engine step's cost: a fixed part and one per prefill token, in ms. Measured on the local stack's
@@ -32,6 +32,7 @@ class Turn:
     session: int
     prompt: tuple[int, ...]
     output_tokens: int
+    measured: bool = True  # False: a warm-up turn, replayed (it fills the cache) but not counted
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,22 @@ class CacheOutcome:
     preemptions: int
 
 
+@dataclass(frozen=True)
+class Timing:
+    """An engine step's cost in ms: a fixed part and one per prefill token; and the gap before a session's
+    next turn. Only their ratios matter: they decide which requests overlap."""
+
+    step_ms: float = STEP_MS
+    prefill_ms_per_token: float = PREFILL_MS_PER_TOKEN
+    turn_gap_ms: float = TURN_GAP_MS
+
+
 @dataclass
 class _Request:
     turn: Turn
     arrival_ms: float
     tokens: int  # prompt plus generated so far
+    keys: list[int]  # the prompt's full blocks' keys (computed once: prompts can be long)
     generated: int = 0
     blocks: list[int] = field(default_factory=list)
     scheduled: bool = False
@@ -123,12 +135,19 @@ def block_keys(prompt: tuple[int, ...], block_tokens: int) -> list[int]:
 
 
 def replay(
-    sessions: Sequence[Sequence[Turn]], conc: int, block_tokens: int, pool_blocks: int, tier_blocks: int
+    sessions: Sequence[Sequence[Turn]],
+    conc: int,
+    block_tokens: int,
+    pool_blocks: int,
+    tier_blocks: int,
+    timing: Timing = Timing(),
 ) -> CacheOutcome:
     pool = _Pool(pool_blocks)
     tier: OrderedDict[int, None] = OrderedDict()  # every computed full block, LRU, bounded
     computed_keys: set[int] = set()
     context: dict[int, tuple[list[int], int]] = {}  # session in progress -> its context's full blocks, tokens
+    shared_blocks = 0  # distinct full blocks of `context`, recounted only when a context's blocks change
+    contexts_changed = False
     pending = [list(turns) for turns in sessions]
     next_session = 0
     waiting: list[_Request] = []
@@ -144,7 +163,7 @@ def replay(
         for time, session in sorted(arrivals):
             if time <= now:
                 turn = pending[session].pop(0)
-                waiting.append(_Request(turn, time, len(turn.prompt)))
+                waiting.append(_Request(turn, time, len(turn.prompt), block_keys(turn.prompt, block_tokens)))
         arrivals = [(t, s) for t, s in arrivals if t > now]
         if not waiting and not running:
             now = min(t for t, _ in arrivals)
@@ -171,7 +190,7 @@ def replay(
         prefill_tokens = 0
         while waiting:
             request = waiting[0]
-            keys = block_keys(request.turn.prompt, block_tokens)
+            keys = request.keys
             # the last prompt token is always computed (its logits are needed): a full hit stops a block short
             hits = pool.hit(keys[: (request.tokens - 1) // block_tokens])
             needed = -(-request.tokens // block_tokens) - len(hits)
@@ -186,13 +205,13 @@ def replay(
                 pool.register(request.blocks[index], key)
             if not request.scheduled:
                 request.scheduled = True
-                hit = len(hits) * block_tokens
-                prompt_tokens += len(request.turn.prompt)
-                hit_tokens += hit
                 missed = keys[len(hits) : (request.tokens - 1) // block_tokens]
                 again = [key for key in missed if key in computed_keys]
-                recomputed += len(again) * block_tokens
-                tier_served += sum(1 for key in again if key in tier) * block_tokens
+                if request.turn.measured:
+                    prompt_tokens += len(request.turn.prompt)
+                    hit_tokens += len(hits) * block_tokens
+                    recomputed += len(again) * block_tokens
+                    tier_served += sum(1 for key in again if key in tier) * block_tokens
                 for key in keys[len(hits) :]:
                     computed_keys.add(key)
                     tier[key] = None
@@ -207,9 +226,15 @@ def replay(
             running.append(request)
 
         for request in running:
-            context[request.turn.session] = (block_keys(request.turn.prompt, block_tokens), request.tokens + 1)
-        peak = max(peak, _distinct_tokens(context.values(), block_tokens))
-        now += STEP_MS + PREFILL_MS_PER_TOKEN * prefill_tokens
+            session = request.turn.session
+            contexts_changed |= context.get(session, ([], 0))[0] is not request.keys
+            context[session] = (request.keys, request.tokens + 1)
+        if contexts_changed:
+            shared_blocks = len({key for keys, _ in context.values() for key in keys})
+            contexts_changed = False
+        tails = sum(tokens - len(keys) * block_tokens for keys, tokens in context.values())
+        peak = max(peak, shared_blocks * block_tokens + tails)
+        now += timing.step_ms + timing.prefill_ms_per_token * prefill_tokens
         for request in list(running):
             request.generated += 1
             request.tokens += 1
@@ -218,20 +243,11 @@ def replay(
                 pool.release(request.blocks)
                 session = request.turn.session
                 if pending[session]:
-                    arrivals.append((now + TURN_GAP_MS, session))
+                    arrivals.append((now + timing.turn_gap_ms, session))
                     continue
                 del context[session]
+                contexts_changed = True
                 if next_session < len(pending):
-                    arrivals.append((now + TURN_GAP_MS, next_session))
+                    arrivals.append((now + timing.turn_gap_ms, next_session))
                     next_session += 1
     return CacheOutcome(prompt_tokens, hit_tokens, recomputed, tier_served, peak, preemptions)
-
-
-def _distinct_tokens(contexts: Iterable[tuple[list[int], int]], block_tokens: int) -> int:
-    """Tokens of the contexts with their shared full blocks once; each context's tail past them its own."""
-    shared: set[int] = set()
-    tails = 0
-    for keys, tokens in contexts:
-        shared.update(keys)
-        tails += tokens - len(keys) * block_tokens
-    return len(shared) * block_tokens + tails
