@@ -53,8 +53,11 @@ def test_table_names_the_rule_the_checks_and_the_geometry_sources(tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     assert f"{KEY}: 8 points" in proc.stdout
     assert "rule: an offload arm helps when its tier could serve >= 5% of the prompt tokens" in proc.stdout
-    assert "ok: chunk-size 256 is a multiple of the block size 128" in proc.stdout
-    assert "under InferenceX's 2,861,022 MiB cap" in proc.stdout
+    assert "ok: chunk-size 256 is a multiple of the engine's block size (128)" in proc.stdout
+    assert "ok: DRAM budget 2 GB <= InferenceX's cap of 2,861,022 MiB (3,000 GB)" in proc.stdout
+    # the local key: 59.6 % at conc 2, 35.5 % at conc 4 (docs/advise.md), and both arms' tiers serve >= 5 %
+    assert "TP1: predicted GPU hit % by conc 2: 59.6, 4: 35.5;" in proc.stdout
+    assert "offload arm helps at conc: 2, 4" in proc.stdout
 
 
 def test_bad_input_is_one_line_and_exit_two(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slurmx.errors import UserError
 
@@ -27,6 +28,15 @@ class KvGeometry:
     def bytes_per_token(self) -> int:
         """K and V of every layer's KV heads: layers x kv heads x head dim x 2 x dtype bytes."""
         return self.layers * self.kv_heads * self.head_dim * 2 * self.dtype_bytes
+
+    def describe(self) -> str:
+        return (
+            f"KV bytes/token {self.bytes_per_token} = {self.layers} layers x {self.kv_heads} kv heads x "
+            f"{self.head_dim} head dim x 2 (K, V) x {self.dtype_bytes} ({self.dtype})"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {"layers": self.layers, "kv-heads": self.kv_heads, "head-dim": self.head_dim, "dtype": self.dtype}
 
 
 def read_geometry(config_json: Path, engine_dtype: str | None) -> KvGeometry:

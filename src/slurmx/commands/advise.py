@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from slurmx.advise.predict import RULE, Advice, advise_point, refusal
+from slurmx.advise.predict import CLIFF_RULE, RULE, Advice, advise_point, refusal
 from slurmx.commands.common import add_config_options, load_points, report_key_errors
 from slurmx.commands.plan import json_rows
 from slurmx.errors import UserError
@@ -84,17 +84,52 @@ def _print(advice: list[Advice]) -> None:
         console.print(table)
         geometry = next((a.geometry for a in rows if a.geometry), None)
         lines = [
-            "pool tok: usable/allocated KV pool; live set tok: the model's peak (node/trace.py's bound in brackets)",
+            "pool tok: usable/allocated KV pool (per rank); live set tok: the model's peak (the sessions' whole "
+            "contexts in brackets)",
             "recomputed %: prompt tokens that missed the GPU pool but were computed earlier (any tier could serve "
             "them); tier %: what the point's own DRAM budget holds of them",
-            f"rule: {RULE}",
+            f"rule: {RULE}; {CLIFF_RULE}",
         ]
-        if geometry is not None:
+        inputs = list(dict.fromkeys(line for a in rows for line in a.inputs))
+        if geometry is not None and not inputs:
             sources = ", ".join(f"{name} from {where}" for name, where in geometry.sources.items())
-            lines.append(
-                f"KV bytes/token {geometry.bytes_per_token} = {geometry.layers} layers x {geometry.kv_heads} kv heads "
-                f"x {geometry.head_dim} head dim x 2 (K, V) x {geometry.dtype_bytes} ({geometry.dtype}); {sources}"
-            )
+            lines.append(f"{geometry.describe()}; {sources}")
+        lines += [f"input: {line}" if not line.startswith(" ") else line for line in inputs]
+        lines += cliff_summary(rows)
         lines += list(dict.fromkeys(check for a in rows for check in a.checks))
         for line in lines:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def cliff_summary(rows: list[Advice]) -> list[str]:
+    """Per parallelism: where the predicted GPU hit rate falls off, and which concurrencies an offload arm helps."""
+    lines = []
+    for label in dict.fromkeys(a.point.parallelism for a in rows):
+        points = sorted((a for a in rows if a.point.parallelism == label and a.hit_rate is not None), key=_conc)
+        unpooled = sorted(
+            (a for a in rows if a.point.parallelism == label and a.outcome and not a.points_pool), key=_conc
+        )
+        if unpooled:
+            sets = ", ".join(f"{a.point.conc}: {a.outcome.working_set_tokens:,}" for a in unpooled if a.outcome)
+            lines.append(
+                f"{label}: no KV pool, so no cliff: the pool (tokens/rank) must hold the live set, by conc {sets}"
+            )
+        if not points:
+            continue
+        curve = ", ".join(
+            f"{a.point.conc}: {_pct(a.hit_rate)}" for a in dict((a.point.conc, a) for a in points).values()
+        )
+        past = [a for a in points if a.past_cliff]
+        cliff = (
+            f"cliff at conc {past[0].point.conc} (hit {_pct(past[0].hit_rate)} % vs ceiling {_pct(past[0].ceiling)} %)"
+            if past
+            else "no cliff up to conc " + str(points[-1].point.conc)
+        )
+        helped = sorted({a.point.conc for a in points if a.verdict in ("helps", "an offload arm would help")})
+        arms = ", ".join(map(str, helped)) if helped else "none"
+        lines.append(f"{label}: predicted GPU hit % by conc {curve}; {cliff}; offload arm helps at conc: {arms}")
+    return lines
+
+
+def _conc(advice: Advice) -> int:
+    return advice.point.conc
