@@ -107,3 +107,47 @@ def test_deepseek_v4_without_a_recorded_pool_gives_the_live_set_then_the_cliff_w
     assert rows[("TP8", 16)]["past-cliff"] and not rows[("DEP8", 16)]["past-cliff"]
     assert rows[("DEP8", 68)]["past-cliff"]
     assert rows[("DEP8", 16)]["working-set-tokens"] < rows[("TP8", 16)]["working-set-tokens"] / 4
+
+
+def test_plan_advise_column_only_behind_its_flag(tmp_path: Path) -> None:
+    local = [
+        "--config",
+        str(ROOT / "configs" / "local-master.yaml"),
+        "--clusters",
+        str(ROOT / "configs" / "clusters.yaml"),
+    ]
+    key = "tiny-fp32-local-vllm-agentic-lmcache"
+    plain = slurmx(["plan", key, *local, "--json"], tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert all("advise" not in row for row in json.loads(plain.stdout))
+    proc = slurmx(["plan", key, *local, "--json", "--advise"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    by_conc: dict[tuple[int, str], str] = {
+        (r["conc"], r["kv-offload-backend"]["name"] if r.get("kv-offload-backend") else "none"): r["advise"]
+        for r in json.loads(proc.stdout)
+    }
+    # docs/advise.md's local figures: 59.6 % at conc 2, 35.5 % at conc 4; every arm's tier serves >= 5 %
+    assert by_conc[(2, "none")] == "60% an offload arm would help" and by_conc[(4, "lmcache")] == "36% helps"
+    table = slurmx(["plan", K3, DSV4, *CONFIG, "--advise"], tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "GPU hit / offload" in table.stdout and "40% helps" in table.stdout and "- (no KV pool)" in table.stdout
+
+
+def test_checks_name_a_chunk_that_misses_a_group_and_a_budget_over_the_cap() -> None:
+    from dataclasses import replace
+
+    from slurmx.advise.predict import constraint_checks
+    from slurmx.inputs import load_inputs
+    from slurmx.recipes.resolve import resolve
+
+    loaded = load_inputs([ROOT / "configs" / "nvidia-master.yaml"], ROOT / "configs" / "clusters.yaml", [K3])
+    point = loaded.points[0]
+    spec = resolve(point, loaded.recipes())
+    profile = loaded.clusters.profiles[point.runner]
+    grouped = geometry("moonshotai/Kimi-K3", draft=True)
+    short = spec.model_copy(update={"backend": spec.backend.model_copy(update={"chunk_size": 768})})
+    checks = constraint_checks(point, short, profile, grouped)
+    assert checks[0].startswith("problem: chunk-size 768 is not a multiple of the block size of")
+    assert "MLA latent 1536" in checks[0]
+    over = constraint_checks(replace(point, total_cpu_dram_gb=3100), spec, profile, grouped)
+    assert over[-1].startswith("problem: DRAM budget 3100 GB > InferenceX's cap of 2,861,022 MiB (3,000 GB)")

@@ -22,6 +22,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("keys", nargs="*", metavar="KEY", help="config keys to expand")
     parser.add_argument("--all", action="store_true", help="every key of the loaded master configs")
     parser.add_argument("--json", action="store_true", help="print a JSON list of InferenceX rows plus point-id")
+    parser.add_argument(
+        "--advise",
+        action="store_true",
+        help="add each agentic point's predicted GPU prefix-hit rate and offload verdict (slurmx advise's model)",
+    )
     add_config_options(parser)
     parser.set_defaults(func=run)
 
@@ -89,17 +94,43 @@ def recipe_notes(loaded: Inputs) -> RecipeNotes:
 def run(args: argparse.Namespace) -> int:
     loaded = load_points(args, args.keys, args.all)
     notes = recipe_notes(loaded)
+    # behind a flag: a replay per point costs far more than the plan itself (benchmarks/plan_speed)
+    advised = _advised(loaded, notes) if args.advise else {}
     if args.json:
         rows = [
             point_json(p, loaded, notes.specs.get(p.point_id))
             | {"recipe": notes.names.get(p.point_id)}
             | ({"recipe-note": notes.notes[p.point_id]} if p.point_id in notes.notes else {})
+            | ({"advise": advised[p.point_id]} if p.point_id in advised else {})
             for p in loaded.points
         ]
         sys.stdout.write(json_rows(rows))
     else:
-        _print_tables(loaded, notes)
+        _print_tables(loaded, notes, advised)
     return report_key_errors(loaded)
+
+
+def _advised(loaded: Inputs, notes: RecipeNotes) -> dict[str, str]:
+    """Point id -> 'GPU hit % / verdict' (advise's one-line summary) for every point with a resolved recipe."""
+    from slurmx.advise.predict import advise_point
+
+    found = {}
+    for p in loaded.points:
+        spec, profile = notes.specs.get(p.point_id), loaded.clusters.profiles.get(p.runner)
+        if spec is None or profile is None:
+            continue
+        try:
+            advice = advise_point(p, spec, profile)
+        except UserError as refused:
+            found[p.point_id] = f"- ({refused})"
+            continue
+        if advice.note is not None:
+            found[p.point_id] = "- (no prediction)"
+        elif advice.hit_rate is None:
+            found[p.point_id] = "- (no KV pool)"
+        else:
+            found[p.point_id] = f"{100 * advice.hit_rate:.0f}% {advice.verdict}"
+    return found
 
 
 def json_rows(rows: list[dict[str, Any]]) -> str:
@@ -110,7 +141,7 @@ def json_rows(rows: list[dict[str, Any]]) -> str:
     return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]\n"
 
 
-def _print_tables(loaded: Inputs, notes: RecipeNotes) -> None:
+def _print_tables(loaded: Inputs, notes: RecipeNotes, advised: dict[str, str]) -> None:
     from rich.console import Console  # only the table needs rich: --json does not pay for importing it
     from rich.table import Table
 
@@ -119,7 +150,8 @@ def _print_tables(loaded: Inputs, notes: RecipeNotes) -> None:
         points = [p for p in loaded.points if p.config_key == key]
         source = loaded.masters.sources[key]
         table = Table(title=f"{key}: {len(points)} points ({source.path}:{source.line})", title_justify="left")
-        for column in ("point id", "parallelism", "spec", "backend", "conc", "DRAM GB", "recipe", "Slurm request"):
+        columns = ("point id", "parallelism", "spec", "backend", "conc", "DRAM GB", "recipe", "Slurm request")
+        for column in columns + (("GPU hit / offload",) if advised else ()):
             table.add_column(column, justify="right" if column in ("conc", "DRAM GB") else "left", no_wrap=True)
         for p in points:
             conc = ",".join(map(str, p.concurrencies))
@@ -132,6 +164,7 @@ def _print_tables(loaded: Inputs, notes: RecipeNotes) -> None:
                 str(p.total_cpu_dram_gb),
                 notes.names.get(p.point_id, "-"),
                 _request_summary(p, loaded, notes.specs.get(p.point_id)) or "-",
+                *((advised.get(p.point_id, "-"),) if advised else ()),
             )
         console.print(table)
         # information, printed literally (rich markup would eat brackets in paths and hints)
