@@ -15,6 +15,7 @@ from slurmx.advise.sessions import sessions
 from slurmx.advise.standin import PRODUCTION_TIMING, UNIT, StandIn
 from slurmx.config.clusters import ClusterProfile
 from slurmx.errors import UserError
+from slurmx.node.provision import DATASETS
 from slurmx.node.trace import synthetic_trace, working_set_tokens
 from slurmx.plan import DRAM_CAP_MIB, Point
 from slurmx.recipes.spec import ServingSpec
@@ -242,7 +243,7 @@ def _advise_production(point: Point, spec: ServingSpec, profile: ClusterProfile,
         )
     dp = point.tp if point.dp_attn else 1  # data-parallel attention: each rank its own pool and sessions
     lanes = math.ceil(point.conc / dp)
-    standin = StandIn(_DATASETS.get(spec.replay.public_dataset, spec.replay.public_dataset))
+    standin = StandIn(DATASETS.get(spec.replay.public_dataset, spec.replay.public_dataset))
     inputs.append(f"trace: {standin.label()}")
     if dp > 1:
         inputs.append(f"{point.parallelism}: each rank its own pool and conc / {dp} lanes (the router pins a session)")
@@ -269,13 +270,6 @@ def _advise_production(point: Point, spec: ServingSpec, profile: ClusterProfile,
     bound = lanes * standin.last_context_tokens
     usable = blocks * block if pool else None
     return Advice(point, None, block, pool, usable, tokens, bound, grouped, tier_tokens, checks, inputs)
-
-
-# benchmark_lib.sh's resolve_trace_source: the aiperf loader -> the HF dataset it reads
-_DATASETS = {
-    "semianalysis_cc_traces_weka_062126": "semianalysisai/cc-traces-weka-062126",
-    "semianalysis_cc_traces_weka_062126_256k": "semianalysisai/cc-traces-weka-062126-256k",
-}
 
 
 def _gpu_memory_utilization(argv: list[str]) -> float | None:
