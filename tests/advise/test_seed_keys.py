@@ -151,3 +151,27 @@ def test_checks_name_a_chunk_that_misses_a_group_and_a_budget_over_the_cap() -> 
     assert "MLA latent 1536" in checks[0]
     over = constraint_checks(replace(point, total_cpu_dram_gb=3100), spec, profile, grouped)
     assert over[-1].startswith("problem: DRAM budget 3100 GB > InferenceX's cap of 2,861,022 MiB (3,000 GB)")
+
+
+def test_multinode_keys_say_why_they_have_no_prediction(tmp_path: Path) -> None:
+    rows = advise_json(["kimik3-fp4-h200-vllm-agentic", "dsv4-fp4-gb300-dynamo-vllm-agentic"], tmp_path)
+    assert rows and all(row["gpu-hit-rate"] is None for row in rows)
+    assert all(row["note"] and row["note"].startswith("no prediction: ") for row in rows)
+
+
+def test_non_vllm_engines_are_not_modelled_and_dcp_multiplies_the_pool(tmp_path: Path, fixtures: Path) -> None:
+    masters = ["--config", str(fixtures / "nvidia-master.yaml"), "--config", str(fixtures / "amd-master.yaml")]
+    proc = slurmx(
+        ["advise", "dsv4-fp4-mi355x-sglang-agentic-mtp", "kimik3-fp4-b300-vllm-agentic-dspark", *masters, "--json"],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows: list[dict[str, Any]] = json.loads(proc.stdout)
+    sglang = [r for r in rows if r["config-key"] == "dsv4-fp4-mi355x-sglang-agentic-mtp"]
+    assert sglang and all(
+        r["note"] == "no prediction: the model is vLLM's prefix cache; sglang's is not modelled" for r in sglang
+    )
+    # main's K3 DSpark key runs TP8-DCP8: each rank holds 1/8 of a token's KV, so the same 42.23 GiB holds 8x
+    pooled = [r for r in rows if r["config-key"] == "kimik3-fp4-b300-vllm-agentic-dspark" and r["kv-pool-tokens"]]
+    assert pooled and all(r["parallelism"] == "TP8-DCP8" for r in pooled)
+    assert all(r["kv-pool-tokens"] == int(round(42.23 * 2**30) // (16_704 / 8)) for r in pooled)

@@ -218,9 +218,17 @@ def _advise_production(point: Point, spec: ServingSpec, profile: ClusterProfile,
     grouped = geometry(spec.model, draft=spec.draft_model is not None)
     checks = constraint_checks(point, spec, profile, grouped)
     block = spec.block_size
+    if spec.engine != "vllm":  # SGLang's radix cache, ATOM's, TRT-LLM's: other eviction rules
+        note = f"no prediction: the model is vLLM's prefix cache; {spec.engine}'s is not modelled"
+        return Advice(point, note, block, checks=checks)
+    if point.multinode or point.gpus < 1:  # workers on several nodes: no one engine's pool to replay through
+        note = "no prediction: multinode points (several workers' pools) are not modelled; single-node points only"
+        return Advice(point, note, block, checks=checks)
     if grouped is None:
         note = f"no prediction: no KV geometry for {spec.model} (advise/seed_models.py holds the seed models')"
         return Advice(point, note, block, checks=checks)
+    # the engine's own page where the model pins it (K3: 1536 whatever --block-size says)
+    block = max(block, *(g.block_tokens for g in grouped.groups))
     if block % UNIT:
         return Advice(point, f"no prediction: block size {block} is not a multiple of {UNIT}", block, checks=checks)
     rank_bytes = grouped.bytes_per_token / point.dcp_size  # DCP shards each token's KV over its ranks

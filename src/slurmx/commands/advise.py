@@ -110,7 +110,8 @@ def cliff_summary(rows: list[Advice]) -> list[str]:
             (a for a in rows if a.point.parallelism == label and a.outcome and not a.points_pool), key=_conc
         )
         if unpooled:
-            sets = ", ".join(f"{a.point.conc}: {a.outcome.working_set_tokens:,}" for a in unpooled if a.outcome)
+            by_conc = {a.point.conc: a.outcome.working_set_tokens for a in unpooled if a.outcome}
+            sets = ", ".join(f"{conc}: {tokens:,}" for conc, tokens in by_conc.items())
             lines.append(
                 f"{label}: no KV pool, so no cliff: the pool (tokens/rank) must hold the live set, by conc {sets}"
             )
