@@ -28,9 +28,11 @@ def write_series(
     key: str = KEY,
     first_day: int = 0,
     images: Sequence[str] | None = None,
+    point_id: str | None = None,
 ) -> list[str]:
     """One sweep per level (a day apart, oldest first), each point's throughput level * lognormal(noise) per
-    repeat; sweep.json carries the cluster label and created_at as submit writes them. Returns the sweep ids."""
+    repeat; sweep.json carries the cluster label and created_at as submit writes them. The point id is `point_id`
+    in every sweep (a key's points keep their ids), else a new one per sweep. Returns the sweep ids."""
     rng = random.Random(seed)
     ids = []
     for i, level in enumerate(levels):
@@ -42,14 +44,14 @@ def write_series(
             sweep / "sweep.json",
             {"config_key": key, "sweep_id": sweep_id, "cluster_label": cluster, "created_at": when},
         )
-        point_id = f"p{day:04d}c{conc}"
+        pid = point_id or f"p{day:04d}c{conc}"
         for repeat in range(1, repeats + 1):
-            r = make_result(point_id=point_id, config_key=key, sweep_id=sweep_id, conc=conc,
+            r = make_result(point_id=pid, config_key=key, sweep_id=sweep_id, conc=conc,
                             tput_per_gpu=level * math.exp(rng.gauss(0.0, noise)), ended_at=when + repeat)  # fmt: skip
             assert r.slurmx is not None
             r.slurmx.repeat, r.slurmx.repeats = repeat, repeats
             if images is not None:
                 r.image = images[i]
-            write_result(SweepDir(sweep).point(point_id, repeat).result_json, r)
+            write_result(SweepDir(sweep).point(pid, repeat).result_json, r)
         ids.append(sweep_id)
     return ids

@@ -140,6 +140,30 @@ def test_two_trees_in_one_database_show_both_clusters(tmp_path: Path, capsys: py
     # read back without touching either tree
     code, again, _ = _history(capsys, "--db", str(db), "--no-ingest")
     assert code == 0 and again["series"] == data["series"]
+    # the table names each sweep's cluster beside its id
+    capsys.readouterr()
+    assert main(["history", KEY, "--db", str(db), "--no-ingest", "--metric", "tput_per_gpu"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert [(cells[2], cells[3]) for cells in lines] == [("alpha", f"alpha-{d:04d}") for d in range(5)] + [
+        ("beta", f"beta-{d:04d}") for d in range(5, 10)
+    ]
+
+
+def test_point_and_identity_filters_pick_their_series(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "results"
+    write_series(root, [1000.0] * 4, conc=8, point_id="tp8c8", seed=1)
+    write_series(root, [2000.0] * 4, conc=16, point_id="tp8c16", seed=2, cluster="other")
+    code, both, _ = _history(capsys, "--results", str(root))
+    assert code == 0 and sorted(s["identity"]["conc"] for s in both["series"]) == [8, 16]
+    code, one, _ = _history(capsys, "--point", "tp8c16", "--no-ingest", "--db", str(tmp_path / "results-index.sqlite"))
+    assert code == 0 and [s["identity"]["conc"] for s in one["series"]] == [16]
+    assert all(abs(v["mean"] / 2000.0 - 1) < 0.1 for v in one["series"][0]["sweeps"])
+    code, one, _ = _history(capsys, "--results", str(root), "--conc", "8", "--arm", "none")
+    assert code == 0 and [s["identity"]["conc"] for s in one["series"]] == [8]
+    assert [len(s["sweeps"]) for s in one["series"]] == [4]
+    capsys.readouterr()
+    assert main(["history", KEY, "--results", str(root), "--arm", "lmcache", "--conc", "8"]) == 2
+    assert "with arm lmcache, conc 8" in capsys.readouterr().err
 
 
 def test_a_killed_ingest_leaves_every_sweep_whole_or_absent(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """`slurmx history KEY`: every sweep's value per point identity, oldest first, from the index (a database).
 
+--point ID follows one point id, --arm/--conc/--parallelism/... the identities with those values.
+
 The results tree(s) are ingested first (incremental: only new or changed result.json files are read), into
 --db URL, else $SLURMX_DB, else an SQLite file beside the (first) results tree; a postgresql:// URL holds a
 team's history across trees and clusters. Each point identity (model, hardware, precision, parallelism, spec
@@ -24,7 +26,7 @@ from slurmx.collect.repeats import METRIC
 from slurmx.errors import UserError
 from slurmx.history import changes as ch
 from slurmx.history import index
-from slurmx.history.series import Series, history
+from slurmx.history.series import FILTERS, Only, Series, history
 
 DEFAULT_METRIC = "e2e_norm_intvty_p90"  # collect's headline (North Star) metric
 
@@ -51,6 +53,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--metric", choices=tuple(METRIC), default=DEFAULT_METRIC, help="the metric to follow (default: %(default)s)"
     )
+    parser.add_argument("--point", metavar="ID", help="only this point id's results")
+    for name, kind in FILTERS:
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=kind, metavar=name.upper(), help=f"only identities with this {name}")
     parser.add_argument("--json", action="store_true", help="print the series as JSON")
     parser.add_argument(
         "--fail-on-regression",
@@ -74,13 +80,15 @@ def run(args: argparse.Namespace) -> int:
             for sk in report.skipped:
                 print(f"  not indexed: {sk.path}: {sk.reason}", file=sys.stderr)
         metric = METRIC[args.metric]
-        series = history(engine, args.key, metric)
+        series = history(engine, args.key, metric, only_of(args))
         skipped = index.skipped_files(engine, args.key)
     finally:
         engine.dispose()
     if not series:
+        only = only_of(args).text()
         raise UserError(
-            f"no valid result of key {args.key!r} in the index ({engine.url.render_as_string(hide_password=True)})"
+            f"no valid result of key {args.key!r}{' with ' + only if only else ''} in the index "
+            f"({engine.url.render_as_string(hide_password=True)})"
         )
     regressions = [(s, f) for s in series if threshold is not None and (f := s.newest_regression(threshold))]
     if args.json:
@@ -105,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
         for s, f in regressions:
             print(f"regression: {s.label}: {metric.label} {f.change.pct:+.1f}% at sweep {f.sweep.sweep_id}")
     return 1 if regressions else 0
+
+
+def only_of(args: argparse.Namespace) -> Only:
+    """--point and the identity filters given."""
+    given = tuple((name, value) for name, _ in FILTERS if (value := getattr(args, name)) is not None)
+    return Only(args.point, given)
 
 
 def _when(stamp: float | None) -> str:

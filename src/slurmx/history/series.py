@@ -90,8 +90,34 @@ def _label(ident: dict[str, Any], parallelism: str) -> str:
     return f"{ident['infmax_model_prefix']} {ident['precision']} {ident['hw']} {parallelism} {ident['arm']} conc {ident['conc']}"
 
 
-def history(engine: Engine, config_key: str, metric: Metric) -> list[Series]:
-    """Every identity of `config_key` in the index with its series of `metric` (valid results only)."""
+@dataclass(frozen=True)
+class Only:
+    """Which results of a key a history follows: one point id, and/or identity columns equal to a value."""
+
+    point_id: str | None = None
+    columns: tuple[tuple[str, str | int], ...] = ()  # (a column of FILTERS, its value)
+
+    def clauses(self) -> list[sa.ColumnElement[bool]]:
+        out = [results.c[name] == value for name, value in self.columns]
+        if self.point_id is not None:
+            out.append(results.c.point_id == self.point_id)
+        return out
+
+    def text(self) -> str:
+        given = ([f"point {self.point_id}"] if self.point_id else []) + [f"{n} {v}" for n, v in self.columns]
+        return ", ".join(given)
+
+
+# the identity columns `history` filters on (option name = the column with "-" for "_")
+FILTERS: tuple[tuple[str, type[str] | type[int]], ...] = (
+    ("parallelism", str), ("arm", str), ("conc", int), ("spec_decoding", str), ("hw", str),
+    ("precision", str), ("framework", str), ("model", str), ("kv_offloading", str),
+)  # fmt: skip
+
+
+def history(engine: Engine, config_key: str, metric: Metric, only: Only | None = None) -> list[Series]:
+    """Every identity of `config_key` in the index with its series of `metric` (valid results only), of the
+    results `only` selects."""
     value = results.c[metric.key]
     query = (
         sa.select(
@@ -106,7 +132,12 @@ def history(engine: Engine, config_key: str, metric: Metric) -> list[Series]:
             sweeps.c.ran_at,
         )
         .join(sweeps, results.c.sweep == sweeps.c.id)
-        .where(results.c.config_key == config_key, results.c.valid.is_(True), value.is_not(None))
+        .where(
+            results.c.config_key == config_key,
+            results.c.valid.is_(True),
+            value.is_not(None),
+            *(only or Only()).clauses(),
+        )
     )
     groups: dict[tuple[Any, ...], dict[int, list[Any]]] = {}
     with engine.connect() as conn:
