@@ -21,6 +21,7 @@ COMMANDS = (
     "logs",
     "collect",
     "history",
+    "dashboard",
     "render",
     "rebuild",
     "recipes",

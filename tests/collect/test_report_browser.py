@@ -14,19 +14,12 @@ import pytest
 
 from slurmx.cli import main
 from slurmx.store.tree import SweepDir
+from tests.helpers.browser import browse
+from tests.helpers.browser import chromium as find_chromium
 from tests.helpers.synthetic import make_result, write_result, write_sweep
 
 KEY = "kimik3-fp4-b300-vllm-agentic-dspark-lmcache"
 WIDTH, HEIGHT = 1400, 2200
-
-
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("chromium is not installed (scripts/test installs it with apt-get)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    return found
 
 
 def _tree(root: Path) -> SweepDir:
@@ -48,17 +41,13 @@ def _tree(root: Path) -> SweepDir:
 
 
 def _browser(chromium: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-         "--disable-extensions", "--disable-background-networking", f"--window-size={WIDTH},{HEIGHT}", *argv],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    return browse(chromium, WIDTH, HEIGHT, *argv)
 
 
 def test_report_renders_its_table_and_images_in_a_headless_browser(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    chromium = _chromium()
+    chromium = find_chromium()
     sweep = _tree(tmp_path / "results")
     assert main(["collect", "--no-plots", "--results", str(tmp_path / "results")]) == 0
     report = sweep.report_html

@@ -29,6 +29,7 @@ def write_series(
     first_day: int = 0,
     images: Sequence[str] | None = None,
     point_id: str | None = None,
+    arm: str = "none",
 ) -> list[str]:
     """One sweep per level (a day apart, oldest first), each point's throughput level * lognormal(noise) per
     repeat; sweep.json carries the cluster label and created_at as submit writes them. The point id is `point_id`
@@ -46,7 +47,7 @@ def write_series(
         )
         pid = point_id or f"p{day:04d}c{conc}"
         for repeat in range(1, repeats + 1):
-            r = make_result(point_id=pid, config_key=key, sweep_id=sweep_id, conc=conc,
+            r = make_result(point_id=pid, config_key=key, sweep_id=sweep_id, conc=conc, arm=arm,
                             tput_per_gpu=level * math.exp(rng.gauss(0.0, noise)), ended_at=when + repeat)  # fmt: skip
             assert r.slurmx is not None
             r.slurmx.repeat, r.slurmx.repeats = repeat, repeats

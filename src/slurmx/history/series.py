@@ -65,6 +65,7 @@ class FlaggedChange:
 class Series:
     identity: dict[str, Any]
     label: str
+    parallelism: str  # TP8, DEP8 ...: the label its results recorded
     points: list[SweepValue]
     floor: ch.NoiseFloor
     flagged: list[FlaggedChange] = field(default_factory=list)
@@ -149,7 +150,8 @@ def history(engine: Engine, config_key: str, metric: Metric, only: Only | None =
         points = [_sweep_value(rows) for rows in by_sweep.values()]
         points.sort(key=lambda p: (p.ran_at if p.ran_at is not None else math.inf, p.sweep_id))
         first_rows = next(iter(by_sweep.values()))
-        series = Series(ident, _label(ident, first_rows[0].parallelism), points, ch.NoiseFloor(None, "no values"))
+        par = first_rows[0].parallelism
+        series = Series(ident, _label(ident, par), par, points, ch.NoiseFloor(None, "no values"))
         _judge(series, metric)
         out.append(series)
     return sorted(out, key=lambda s: (s.identity["arm"] != "none", s.identity["arm"], s.label, s.identity["conc"]))
