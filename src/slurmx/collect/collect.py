@@ -105,13 +105,30 @@ class Row:
     power_invalid: str | None
     north_star: bool  # a winner of the North Star frontier of its comparison group (collect/frontier.py)
     frontier_views: str  # ";"-joined views whose gated frontier it is on; "" for a dominated point
-    result: Result = field(repr=False, compare=False, metadata={"column": False})  # the file, parsed
+    # not columns: what the frontier's groups, the ratios' caveat, the winner of a rerun and the repeats need
+    model: str = field(compare=False, metadata={"column": False})
+    hw: str = field(compare=False, metadata={"column": False})
+    precision: str = field(compare=False, metadata={"column": False})
+    planned_repeats: int = field(compare=False, metadata={"column": False})
+    ttft_p90_cert: PercentileCertificate | None = field(repr=False, compare=False, metadata={"column": False})
+    mtime: float | None = field(compare=False, metadata={"column": False})  # None: stat the file when needed
+    # the file, parsed; None for a row read back from the history index (`parsed()` reads the file then)
+    result: Result | None = field(repr=False, compare=False, metadata={"column": False})
 
     def columns(self) -> dict[str, Any]:
         """The row as summary.json and `collect --json` write it: column -> value, the path as a string."""
         out = {name: getattr(self, name) for name in CSV_COLUMNS}
         out["path"] = str(self.path)
         return out
+
+    def parsed(self) -> Result:
+        """The result this row was flattened from (a row of the index parses its file now, as collect did)."""
+        if self.result is not None:
+            return self.result
+        result, reason = read_result(self.path)
+        if result is None:
+            raise OSError(f"{self.path}: {reason} (changed since it was indexed)")
+        return result
 
     def metric(self, name: str) -> float | None:
         """A numeric column by name (the repeats' and the comparison's metrics are named by column)."""
@@ -211,23 +228,41 @@ def collect(
     """Rows of every sweep; per config key, the newest valid result of each point id wins.
 
     `files` (sweep path -> result files) saves a second walk when the caller already listed them."""
+    return combine(
+        (
+            sweep,
+            (
+                read_row(path, sweep, on_file)
+                for path in (files[sweep.path] if files is not None else result_files(sweep))
+            ),
+        )
+        for sweep in sweeps
+    )
+
+
+def read_row(path: Path, sweep: SweepDir, on_file: Callable[[int], None] | None = None) -> Row | Skipped:
+    """One result file as its row, or why it is not one (it does not parse, or names another point)."""
+    result, reason = read_result(path)
+    if on_file is not None:
+        on_file(1)
+    if result is None:
+        return Skipped(path, reason or "invalid")
+    if result.slurmx is not None and result.slurmx.point_id != PointDir(path.parent).point_id:
+        return Skipped(path, f"point id {result.slurmx.point_id} in the file does not match its directory")
+    return flatten(result, path, sweep)
+
+
+def combine(read: Iterable[tuple[SweepDir, Iterable[Row | Skipped]]]) -> Collection:
+    """Each sweep's rows and skipped files, in file order (from the files or the history index), de-duplicated
+    across sweeps of a key (the newest valid result of a point id and repeat wins), with ratios and frontiers."""
     out: list[SweepResults] = []
     newest: dict[tuple[str, str, int], Row] = {}
-    for sweep in sweeps:
+    for sweep, items in read:
         sr = SweepResults(sweep)
         out.append(sr)
-        for path in files[sweep.path] if files is not None else result_files(sweep):
-            result, reason = read_result(path)
-            if on_file is not None:
-                on_file(1)
-            if result is None:
-                sr.skipped.append(Skipped(path, reason or "invalid"))
-                continue
-            row = flatten(result, path, sweep)
-            if result.slurmx is not None and result.slurmx.point_id != PointDir(path.parent).point_id:
-                sr.skipped.append(
-                    Skipped(path, f"point id {result.slurmx.point_id} in the file does not match its directory")
-                )
+        for row in items:
+            if isinstance(row, Skipped):
+                sr.skipped.append(row)
                 continue
             key = (sweep.config_key, row.point_id, row.repeat)
             previous = newest.get(key)
@@ -245,8 +280,9 @@ def collect(
 
 
 def _stamp(row: Row) -> tuple[bool, float, float]:
-    meta = row.result.slurmx
-    ended = meta.ended_at if meta is not None and meta.ended_at is not None else 0.0
+    ended = row.ended_at if row.ended_at is not None else 0.0
+    if row.mtime is not None:
+        return row.valid, ended, row.mtime
     try:
         mtime = row.path.stat().st_mtime
     except OSError:
@@ -355,6 +391,14 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> Row:
         power_invalid=";".join(energy.reasons) if energy and not energy.power_valid else None,
         north_star=False,
         frontier_views="",
+        model=result.model,
+        hw=result.hw,
+        precision=result.precision,
+        planned_repeats=meta.repeats if meta else 1,
+        ttft_p90_cert=meta.certification.metrics.get("ttft", {}).get("p90")
+        if meta is not None and meta.certification is not None
+        else None,
+        mtime=None,
         result=result,
     )
 
@@ -410,17 +454,12 @@ def uncertified_marks(result: Result) -> list[str]:
     return out
 
 
-def ttft_p90_certificate(row: Row) -> PercentileCertificate | None:
-    cert = row.result.slurmx.certification if row.result.slurmx is not None else None
-    return cert.metrics.get("ttft", {}).get("p90") if cert is not None else None
-
-
 def _ratio_uncertified(row: Row, base: Row) -> str | None:
     """The TTFT p90 ratio's caveat: which side's TTFT p90 its sample does not support (None: both do, or
     neither result says)."""
     sides = []
     for who, side in (("this arm", row), (f"the {base.arm} baseline", base)):
-        c = ttft_p90_certificate(side)
+        c = side.ttft_p90_cert
         if c is not None and not c.certified:
             sides.append(f"{who} ({c.count} requests" + (f", need {c.need})" if c.need is not None else ")"))
     return "TTFT p90 not certified on " + " and ".join(sides) if sides else None
@@ -428,8 +467,7 @@ def _ratio_uncertified(row: Row, base: Row) -> str | None:
 
 def comparison_group(row: Row) -> tuple[str, str, str, str]:
     """InferenceX's comparison group of a frontier: model, hardware, precision, and the arm."""
-    r = row.result
-    return (r.model, r.hw, r.precision, row.arm)
+    return (row.model, row.hw, row.precision, row.arm)
 
 
 def add_frontier(rows: list[Row]) -> list[Row]:
@@ -562,7 +600,7 @@ def write_summaries(sr: SweepResults) -> None:
 
 def inferencex_list(rows: Iterable[Row]) -> list[dict[str, Any]]:
     """InferenceX's agg_<name>.json body: a JSON list of the aggregate objects, without `slurmx`."""
-    return [r.result.inferencex() for r in sorted_rows(rows) if r.valid]
+    return [r.parsed().inferencex() for r in sorted_rows(rows) if r.valid]
 
 
 def inferencex_path(sweep: SweepDir) -> Path:

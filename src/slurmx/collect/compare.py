@@ -235,7 +235,7 @@ class Comparison:
 
 
 def by_identity(row: col.Row) -> Identity:
-    return identity(row.result)
+    return identity(row.parsed())
 
 
 def compare(current: list[PointAggregate], baseline: Baseline, threshold: float | None = None) -> Comparison:

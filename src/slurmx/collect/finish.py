@@ -15,9 +15,16 @@ from slurmx.collect.repeats import PointAggregate, aggregate
 from slurmx.store import atomic
 
 
-def write_summaries(collection: col.Collection, written: list[Path], *, inferencex: bool) -> None:
+def _writing(collection: col.Collection, only: set[Path] | None) -> list[col.SweepResults]:
+    """The sweeps whose files are written: all, or those of `only` (sweep paths: `collect --index`'s changed)."""
+    return [sr for sr in collection.sweeps if only is None or sr.sweep.path in only]
+
+
+def write_summaries(
+    collection: col.Collection, written: list[Path], *, inferencex: bool, only: set[Path] | None = None
+) -> None:
     """summary.csv and summary.json beside each sweep with anything collected (and agg_<key>.json)."""
-    for sr in collection.sweeps:
+    for sr in _writing(collection, only):
         if not sr.rows and not sr.skipped:
             continue
         col.write_summaries(sr)
@@ -28,14 +35,19 @@ def write_summaries(collection: col.Collection, written: list[Path], *, inferenc
             written.append(path)
 
 
-def write_plots(collection: col.Collection, written: list[Path], x_metric: str = frontier.DEFAULT_VIEW) -> str | None:
+def write_plots(
+    collection: col.Collection,
+    written: list[Path],
+    x_metric: str = frontier.DEFAULT_VIEW,
+    only: set[Path] | None = None,
+) -> str | None:
     """Each sweep's plots of its valid rows (the Pareto view against `x_metric`), unless drawn from these very
     files already; a note without matplotlib."""
     from slurmx.collect import plots
 
     if not plots.available():
         return "plots skipped: matplotlib is not installed (pip install 'slurmx[plots]')"
-    for sr in collection.sweeps:
+    for sr in _writing(collection, only):
         inputs = [r.path for r in sr.rows] + [s.path for s in sr.skipped]
         if sr.rows and not plots.up_to_date(sr.sweep.plots, inputs, x_metric):
             title = f"{sr.sweep.config_key}  (sweep {sr.sweep.sweep_id}, {len(sr.rows)} points)"
@@ -76,6 +88,7 @@ def finish(
     report: bool,
     write: bool = True,
     x_metric: str = frontier.DEFAULT_VIEW,
+    only: set[Path] | None = None,
 ) -> Extras:
     """Aggregate each sweep's repeats, compare with the baseline, write aggregates.json and report.html
     (nothing is written with write=False: a read-only tree still gets the comparison)."""
@@ -85,7 +98,7 @@ def finish(
             extras.aggregates[sr.sweep.path] = aggregate(sr.rows)
     if baseline is not None:
         extras.comparison = compare(extras.all, baseline, threshold)
-    for sr in collection.sweeps if write else []:
+    for sr in _writing(collection, only) if write else []:
         aggs = extras.aggregates.get(sr.sweep.path, [])
         if not sr.rows and not sr.skipped:
             continue
@@ -95,16 +108,16 @@ def finish(
         )
         written.append(sr.sweep.aggregates_json)
     if report:
-        extras.report_note = _reports(collection, extras, written, x_metric)
+        extras.report_note = _reports(_writing(collection, only), extras, written, x_metric)
     return extras
 
 
-def _reports(collection: col.Collection, extras: Extras, written: list[Path], x_metric: str) -> str | None:
+def _reports(chosen: list[col.SweepResults], extras: Extras, written: list[Path], x_metric: str) -> str | None:
     from slurmx.collect import report
 
     if not report.available():
         return "report.html skipped: jinja2 or matplotlib is not installed (pip install 'slurmx[report]')"
-    for sr in collection.sweeps:
+    for sr in chosen:
         if not sr.rows and not sr.skipped:
             continue
         html = report.render(sr, extras.aggregates.get(sr.sweep.path, []), extras.comparison, x_metric)

@@ -46,7 +46,7 @@ class PointAggregate:
 
     @property
     def result(self) -> Result:
-        return self.rows[0].result
+        return self.rows[0].parsed()
 
     @property
     def n(self) -> int:
@@ -54,8 +54,7 @@ class PointAggregate:
 
     @property
     def repeats_planned(self) -> int:
-        meta = self.result.slurmx
-        return max(meta.repeats if meta else 1, self.n)
+        return max(self.first.planned_repeats, self.n)
 
     @property
     def repeat_mode(self) -> str | None:

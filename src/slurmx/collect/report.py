@@ -74,7 +74,7 @@ def lock_facts(sr: SweepResults) -> list[tuple[str, str]]:
         pass
     add("slurmx (collect)", __version__)
     for row in sr.rows:
-        r = row.result
+        r = row.parsed()
         add("image", r.image)
         add("model", r.model)
         add("framework", r.framework)
@@ -310,7 +310,8 @@ def certification(sr: SweepResults) -> dict[str, Any]:
     rules = set()
     uncertified = []
     for row in sorted_rows(r for r in sr.rows if r.valid):
-        cert = row.result.slurmx.certification if row.result.slurmx is not None else None
+        meta = row.parsed().slurmx
+        cert = meta.certification if meta is not None else None
         if cert is None:
             rules.add("none recorded (written before slurmx certified percentiles)")
             continue

@@ -9,6 +9,9 @@ axis, with InferenceX's North Star frontier per model, hardware, precision and a
 view (gated by the North Star winners), the "frontier" column marks each point, summary.json lists winners.
 --compare BASELINE (an earlier sweep, a results directory, or InferenceX aggregate JSON files) gives
 each matching point's change per metric: better, worse or within noise.
+--index reads the rows from the history index (docs/history.md) after an incremental ingest (only new or changed
+result.json files are parsed; --db URL names the database, else $SLURMX_DB, else the SQLite file beside the
+tree): the same table, and each sweep's files are rewritten only when its results changed.
 Exit 0 (also when there is nothing to collect yet), 1 when --fail-on-regression's threshold was
 crossed, 2 for a KEY, SWEEP or BASELINE that does not exist.
 """
@@ -21,6 +24,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +33,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from slurmx import paths
+from slurmx import __version__, paths
 from slurmx.collect import collect as col
 from slurmx.collect import finish, frontier
-from slurmx.collect.compare import Comparison, describe, load_baseline, parse_threshold
+from slurmx.collect.compare import Baseline, Comparison, describe, load_baseline, parse_threshold
 from slurmx.collect.repeats import METRICS, PointAggregate, has_repeats
 from slurmx.collect.stats import Estimate
 from slurmx.errors import UserError
 from slurmx.store import atomic
 from slurmx.store.targets import find_sweeps
-from slurmx.store.tree import ResultsTree
+from slurmx.store.tree import ResultsTree, SweepDir
 
 # Show a progress bar from this many result files on (a TTY), or always print a count from _MANY.
 _PROGRESS_FROM = 200
@@ -86,6 +90,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PCT",
         help="with --compare: exit 1 when a point got worse beyond noise by more than PCT (e.g. 5%%)",
     )
+    parser.add_argument(
+        "--index",
+        action="store_true",
+        help="read the rows from the history index after an incremental ingest; rewrite only changed sweeps' files",
+    )
+    parser.add_argument("--db", metavar="URL", help="the index's database (implies --index; default: beside the tree)")
     parser.set_defaults(func=run)
 
 
@@ -104,31 +114,93 @@ def run(args: argparse.Namespace) -> int:
     if baseline is not None:  # the baseline's own sweeps are not part of this run
         sweeps = [s for s in sweeps if s.path not in {b.path for b in baseline.sweeps}]
     err = Console(stderr=True)
+    if args.index or args.db is not None:
+        return _run_indexed(args, root, sweeps, baseline, threshold, err)
     listed = {s.path: col.result_files(s) for s in sweeps}
     files = sum(len(v) for v in listed.values())
     if files == 0:
-        note = f"nothing to collect: no result.json under {root}"
-        if args.json:
-            json.dump({"root": str(root), "sweeps": [], "skipped": [], "note": note}, sys.stdout, indent=1)
-            sys.stdout.write("\n")
-        else:
-            err.print(note, soft_wrap=True, markup=False, highlight=False)
-        return 0
+        return _nothing(args, root, err)
 
     with _progress(err, files) as advance:
         collection = col.collect(sweeps, on_file=advance, files=listed)
+    return _finish(args, root, collection, baseline, threshold, err)[0]
 
-    written: list[Path] = []
+
+def _nothing(args: argparse.Namespace, root: Path, err: Console) -> int:
+    note = f"nothing to collect: no result.json under {root}"
+    if args.json:
+        json.dump({"root": str(root), "sweeps": [], "skipped": [], "note": note}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        err.print(note, soft_wrap=True, markup=False, highlight=False)
+    return 0
+
+
+def _run_indexed(
+    args: argparse.Namespace,
+    root: Path,
+    sweeps: list[SweepDir],
+    baseline: Baseline | None,
+    threshold: float | None,
+    err: Console,
+) -> int:
+    """The rows from the index after an incremental ingest; only sweeps whose rows or options changed since the
+    last `collect --index` get their files rewritten (every sweep with --compare: its report holds the comparison)."""
+    from slurmx.history import index, rows
+
+    engine = index.open_index(index.url_of(args.db, root))
     try:
-        finish.write_summaries(collection, written, inferencex=args.format == "inferencex")
-        plot_note = None if args.no_plots else finish.write_plots(collection, written, args.x_metric)
+        index.ingest(engine, [root], only={s.path.resolve() for s in sweeps})
+        items = rows.read_rows(engine, sweeps)
+        files = sum(len(v) for v in items.values())
+        if files == 0:
+            return _nothing(args, root, err)
+        if files >= _MANY:
+            err.print(f"collecting {files} result files ...")
+        collection = col.combine((s, items[s.path]) for s in sweeps)
+        options = (__version__, args.x_metric, args.format, args.no_plots, args.no_report)
+        before = rows.digests(engine, sweeps)
+        now = {sr.sweep.path: rows.digest(sr, options) for sr in collection.sweeps}
+        changed = {
+            p
+            for p, d in now.items()
+            if baseline is not None or before.get(p) != d or not SweepDir(p).summary_json.is_file()
+        }
+        for sr in collection.sweeps:
+            if sr.sweep.path in changed and (not args.no_report or args.format == "inferencex"):
+                sr.rows = [replace(r, result=r.parsed()) for r in sr.rows]  # the report reads the files' details
+        code, wrote = _finish(args, root, collection, baseline, threshold, err, only=changed)
+        if wrote:
+            rows.record(engine, {p: now[p] for p in changed}, sweeps)
+        return code
+    finally:
+        engine.dispose()
+
+
+def _finish(
+    args: argparse.Namespace,
+    root: Path,
+    collection: col.Collection,
+    baseline: Baseline | None,
+    threshold: float | None,
+    err: Console,
+    only: set[Path] | None = None,
+) -> tuple[int, bool]:
+    """Write the files beside each sweep (of `only`, when given) and print; (exit code, whether all were written)."""
+    written: list[Path] = []
+    wrote = True
+    try:
+        finish.write_summaries(collection, written, inferencex=args.format == "inferencex", only=only)
+        plot_note = None if args.no_plots else finish.write_plots(collection, written, args.x_metric, only)
         extras = finish.finish(
-            collection, written, baseline, threshold, report=not args.no_report, x_metric=args.x_metric
+            collection, written, baseline, threshold, report=not args.no_report, x_metric=args.x_metric, only=only
         )
     except (atomic.StorageError, OSError) as exc:
+        wrote = False
         # a read-only or full results tree: the table is still worth printing
         plot_note = f"summaries and plots not written beside the sweeps: {exc}"
         extras = finish.finish(collection, [], baseline, threshold, report=False, write=False, x_metric=args.x_metric)
+    wrote = wrote and plot_note is None and extras.report_note is None  # a missing extra: rewrite next time
     if args.csv:
         atomic.write_text(args.csv, col.csv_text(col.sorted_rows(collection.rows)))
         written.append(args.csv)
@@ -137,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         _report(args, collection, root, written, plot_note, err, extras)
     except BrokenPipeError:  # `slurmx collect | head` is fine; silence the flush at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 1 if extras.regressed else 0
+    return 1 if extras.regressed else 0, wrote
 
 
 def _report(

@@ -39,6 +39,7 @@ _EXTRA: tuple[tuple[str, type[Any]], ...] = (
     ("tp", sa.Integer), ("ep", sa.Integer), ("dp_attention", sa.Text), ("pp", sa.Integer), ("dcp_size", sa.Integer),
     ("pcp_size", sa.Integer), ("kv_offloading", sa.Text), ("recipe_fingerprint", sa.Text),
     ("image_digest", sa.Text), ("aiperf_version", sa.Text), ("started_at", sa.Float), ("repeats", sa.Integer),
+    ("ttft_p90_count", sa.Integer), ("ttft_p90_need", sa.Integer), ("ttft_p90_certified", sa.Boolean),
 )  # fmt: skip
 # columns that make two results the same point whichever sweep ran them (compare.identity's, in its order)
 IDENTITY = (
@@ -57,7 +58,11 @@ def _sql_type(annotation: str) -> type[Any]:
     return sa.Text
 
 
-ROW_COLUMNS = tuple((f.name, _sql_type(str(f.type))) for f in fields(col.Row) if f.name not in _NOT_STORED)
+ROW_COLUMNS = tuple(
+    (f.name, _sql_type(str(f.type)))
+    for f in fields(col.Row)
+    if f.name not in _NOT_STORED and f.metadata.get("column", True)
+)
 
 metadata = sa.MetaData()
 meta = sa.Table("slurmx_meta", metadata, sa.Column("key", sa.String(64), primary_key=True), sa.Column("value", sa.Text))
@@ -93,6 +98,14 @@ results = sa.Table(
     *(sa.Column(name, kind) for name, kind in _EXTRA),
     sa.UniqueConstraint("sweep", "point_id", "repeat"),
     sa.Index("slurmx_results_key", "config_key"),
+)
+
+# what `collect --index` last wrote beside each sweep: a digest of its rows and skipped files and the options
+collected = sa.Table(
+    "slurmx_collected",
+    metadata,
+    sa.Column("sweep", sa.Integer, sa.ForeignKey("slurmx_sweeps.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("digest", sa.Text, nullable=False),
 )
 
 
@@ -195,8 +208,9 @@ def _stat_files(sweep: SweepDir) -> dict[str, tuple[int, int]]:
     return out
 
 
-def ingest(engine: Engine, roots: Iterable[Path]) -> Ingested:
-    """Every sweep of each results tree into the index; sweeps whose files did not change are not read."""
+def ingest(engine: Engine, roots: Iterable[Path], only: set[Path] | None = None) -> Ingested:
+    """Every sweep of each results tree into the index (of `only`, sweep paths, when given); sweeps whose files
+    did not change are not read."""
     start = time.perf_counter()
     report = Ingested()
     for root in roots:
@@ -217,6 +231,8 @@ def ingest(engine: Engine, roots: Iterable[Path]) -> Ingested:
             ):
                 stored.setdefault(r.sweep, {})[r.path] = (r.mtime_ns, r.size)
         for sweep in tree_sweeps:
+            if only is not None and sweep.path not in only:
+                continue
             report.sweeps_seen += 1
             now = _stat_files(sweep)
             sweep_ref = known.get((sweep.config_key, sweep.sweep_id))
@@ -256,6 +272,7 @@ def _stored_sweep(engine: Engine, root: Path, sweep: SweepDir) -> tuple[int | No
 
 
 def _delete_sweeps(conn: Connection, refs: list[int]) -> None:
+    conn.execute(sa.delete(collected).where(collected.c.sweep.in_(refs)))
     conn.execute(sa.delete(results).where(results.c.sweep.in_(refs)))
     conn.execute(sa.delete(files).where(files.c.sweep.in_(refs)))
     conn.execute(sa.delete(sweeps).where(sweeps.c.id.in_(refs)))
@@ -345,6 +362,7 @@ def _read(path: Path, sweep: SweepDir) -> tuple[dict[str, Any] | None, str | Non
 
 def columns(row: col.Row, result: Result) -> dict[str, Any]:
     meta_ = result.slurmx
+    cert = row.ttft_p90_cert
     out: dict[str, Any] = {name: getattr(row, name) for name, _ in ROW_COLUMNS}
     out.update(
         infmax_model_prefix=result.infmax_model_prefix, model=result.model, hw=result.hw,
@@ -354,7 +372,9 @@ def columns(row: col.Row, result: Result) -> dict[str, Any]:
         pcp_size=result.pcp_size or 1, kv_offloading=result.kv_offloading,
         recipe_fingerprint=result.recipe_fingerprint or None,
         image_digest=meta_.image_digest if meta_ else None, aiperf_version=meta_.aiperf_version if meta_ else None,
-        started_at=meta_.started_at if meta_ else None, repeats=meta_.repeats if meta_ else 1,
+        started_at=meta_.started_at if meta_ else None, repeats=row.planned_repeats,
+        ttft_p90_count=cert.count if cert else None, ttft_p90_need=cert.need if cert else None,
+        ttft_p90_certified=cert.certified if cert else None,
     )  # fmt: skip
     return out
 
