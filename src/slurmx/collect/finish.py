@@ -58,13 +58,20 @@ def write_plots(
 
 @dataclass
 class Extras:
-    aggregates: dict[Path, list[PointAggregate]] = field(default_factory=dict)  # sweep path -> its points
+    collection: col.Collection
     comparison: Comparison | None = None
     report_note: str | None = None
+    _aggregates: dict[Path, list[PointAggregate]] = field(default_factory=dict)  # sweep path -> its points
+
+    def aggregates(self, sr: col.SweepResults) -> list[PointAggregate]:
+        """The sweep's points over their repeats, aggregated on first use (a table without repeats needs none)."""
+        if sr.sweep.path not in self._aggregates:
+            self._aggregates[sr.sweep.path] = aggregate(sr.rows) if sr.rows else []
+        return self._aggregates[sr.sweep.path]
 
     @property
     def all(self) -> list[PointAggregate]:
-        return [a for aggs in self.aggregates.values() for a in aggs]
+        return [a for sr in self.collection.sweeps for a in self.aggregates(sr)]
 
     @property
     def regressed(self) -> bool:
@@ -92,14 +99,11 @@ def finish(
 ) -> Extras:
     """Aggregate each sweep's repeats, compare with the baseline, write aggregates.json and report.html
     (nothing is written with write=False: a read-only tree still gets the comparison)."""
-    extras = Extras()
-    for sr in collection.sweeps:
-        if sr.rows:
-            extras.aggregates[sr.sweep.path] = aggregate(sr.rows)
+    extras = Extras(collection)
     if baseline is not None:
         extras.comparison = compare(extras.all, baseline, threshold)
     for sr in _writing(collection, only) if write else []:
-        aggs = extras.aggregates.get(sr.sweep.path, [])
+        aggs = extras.aggregates(sr)
         if not sr.rows and not sr.skipped:
             continue
         atomic.write_json(
@@ -120,7 +124,7 @@ def _reports(chosen: list[col.SweepResults], extras: Extras, written: list[Path]
     for sr in chosen:
         if not sr.rows and not sr.skipped:
             continue
-        html = report.render(sr, extras.aggregates.get(sr.sweep.path, []), extras.comparison, x_metric)
+        html = report.render(sr, extras.aggregates(sr), extras.comparison, x_metric)
         report.write_report(sr.sweep, html)
         written.append(sr.sweep.report_html)
     return None

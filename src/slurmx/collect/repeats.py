@@ -149,8 +149,16 @@ def add_arm_ratios(aggs: list[PointAggregate]) -> None:
                     agg.ratios[metric.key] = r
 
 
-def has_repeats(aggs: Iterable[PointAggregate]) -> bool:
-    return any(a.n > 1 or a.repeats_planned > 1 for a in aggs)
+def rows_have_repeats(rows: Iterable[Row]) -> bool:
+    """Whether some point's aggregate has n > 1 or repeats planned > 1, without aggregating: a point of a sweep
+    with two rows, or a row whose point planned more than one repeat."""
+    seen: set[tuple[str, str, str]] = set()
+    for r in rows:
+        key = (r.config_key, r.sweep_id, r.point_id)
+        if r.planned_repeats > 1 or key in seen:
+            return True
+        seen.add(key)
+    return False
 
 
 def noise_pct(aggs: Iterable[PointAggregate], metric: str) -> list[float]:

@@ -37,7 +37,7 @@ from slurmx import __version__, paths
 from slurmx.collect import collect as col
 from slurmx.collect import finish, frontier
 from slurmx.collect.compare import Baseline, Comparison, describe, load_baseline, parse_threshold
-from slurmx.collect.repeats import METRICS, PointAggregate, has_repeats
+from slurmx.collect.repeats import METRICS, PointAggregate, rows_have_repeats
 from slurmx.collect.stats import Estimate
 from slurmx.errors import UserError
 from slurmx.store import atomic
@@ -225,7 +225,7 @@ def _report(
         _print_json(collection, root, written, plot_note, extras.json())
     else:
         view = frontier.view_named(args.x_metric)
-        if has_repeats(extras.all):
+        if rows_have_repeats(collection.rows):
             _print_intervals(extras.all)
         else:
             _print_tables(collection, view)
