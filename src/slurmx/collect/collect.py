@@ -405,7 +405,7 @@ def flatten(result: Result, path: Path, sweep: SweepDir) -> Row:
 
 
 def _with(row: Row, **changes: Any) -> Row:
-    """`dataclasses.replace(row, **changes)` without re-running __init__ over Row's 60 fields (15x faster: twice
+    """`dataclasses.replace(row, **changes)` without re-running __init__ over Row's 60 fields (40x faster: twice
     per row, the hot path of a large collect); a new Row, `row` untouched (Row has no __post_init__)."""
     new = copy.copy(row)
     new.__dict__.update(changes)
