@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from slurmx import submit
 from slurmx.errors import UserError
 from slurmx.inputs import load_inputs
 from slurmx.slurm import cluster_check
 from slurmx.slurm.cluster_check import NodeInfo
+from slurmx.submit import stage as submit
 from slurmx.submit.resolved import Resolved, resolve_points
 
 KEY = "tiny-fp32-local-vllm-agentic-lmcache"

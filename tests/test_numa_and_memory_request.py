@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from slurmx import submit
 from slurmx.cli import main
 from slurmx.config.clusters import NodeProfile
 from slurmx.errors import UserError
@@ -25,6 +24,7 @@ from slurmx.slurm import cluster_check
 from slurmx.slurm.cluster_check import NodeInfo
 from slurmx.slurm.request import SlurmRequest, mem_mb, point_mem, slurm_request
 from slurmx.slurm.sbatch import render_sbatch
+from slurmx.submit import stage as submit
 from slurmx.submit.arrays import array_plans, largest_mem
 from slurmx.submit.resolved import Resolved, host_memory_need_mb, point_request, resolve_points
 

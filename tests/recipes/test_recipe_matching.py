@@ -3,12 +3,15 @@ at plan time, naming the nearest recipe and how it differs."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 import yaml
 
 from slurmx.cli import main
+from slurmx.inputs import load_inputs
+from slurmx.recipes.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "dsv4-fp4-b200-vllm-agentic-lmcache"
@@ -53,3 +56,12 @@ def test_a_near_match_is_refused_by_render_and_submit_naming_the_nearest_recipe(
 def test_the_exact_key_plans_with_its_recipe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", *_variant(tmp_path)]) == 0
     assert "dsv4-fp4-b200-vllm" in capsys.readouterr().out
+
+
+def test_each_point_records_the_digest_of_the_recipe_file_that_serves_it() -> None:
+    inputs = load_inputs(None, None, [KEY, "tiny-fp32-local-vllm-agentic-lmcache"])
+    specs = [resolve(p, inputs.recipes()) for p in inputs.points if not p.multinode]
+    files = {s.recipe_file for s in specs}
+    assert len(files) == 2, files  # two recipes: a digest shared between files would show
+    for spec in specs:
+        assert spec.recipe_sha256 == hashlib.sha256(Path(spec.recipe_file).read_bytes()).hexdigest()

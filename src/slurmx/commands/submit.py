@@ -16,8 +16,8 @@ from slurmx.commands.common import add_config_options, load_points, report_key_e
 from slurmx.errors import UserError
 from slurmx.slurm.sbatch import array_id
 from slurmx.store.tree import ResultsTree
-from slurmx.submit import KeyReport, submit_key
 from slurmx.submit.decide import Mode
+from slurmx.submit.stage import KeyReport, submit_key
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

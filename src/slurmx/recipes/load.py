@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,7 @@ from slurmx import backends, engines
 from slurmx.backends import Arm
 from slurmx.config.load import validate
 from slurmx.config.yamlfile import LineIndex, load_yaml
+from slurmx.digest import file_digest
 from slurmx.errors import ConfigError, UserError
 from slurmx.flags import Flags
 from slurmx.recipes.model import HASH_ENV, ConcRule, Match, Recipe
@@ -22,6 +23,7 @@ class RecipeFile:
     data: Any
     index: LineIndex
     arms: dict[str, Arm]  # each arm typed by its backend's own model
+    sha256: str  # the file's digest, read once at load (every point it serves records it)
 
     def error(self, field: tuple[Any, ...], message: str) -> ConfigError:
         line = self.index.line_of(self.data, field)
@@ -213,7 +215,7 @@ def load_recipe(path: Path) -> RecipeFile:
     if not isinstance(data, dict):
         raise ConfigError(path, 1, "", "a recipe must be a mapping")
     recipe = validate(Recipe, data, path, index)
-    file = RecipeFile(recipe, path, data, index, _typed_arms(recipe, path, data, index))
+    file = RecipeFile(recipe, path, data, index, _typed_arms(recipe, path, data, index), file_digest(path))
     _check(file)
     return file
 
@@ -221,10 +223,17 @@ def load_recipe(path: Path) -> RecipeFile:
 @dataclass
 class Recipes:
     files: list[RecipeFile]
+    # the first file of each match: every point of `plan --all` looks its recipe up
+    by_match: dict[tuple[object, ...], RecipeFile] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_match = {}
+        for file in self.files:
+            self.by_match.setdefault(file.recipe.match.values(), file)
 
     def find(self, wanted: tuple[object, ...]) -> RecipeFile | None:
         """The recipe whose match equals `wanted` (Match.FIELDS, in order) in every field, or None."""
-        return next((f for f in self.files if f.recipe.match.values() == wanted), None)
+        return self.by_match.get(wanted)
 
     def nearest(self, wanted: tuple[object, ...]) -> tuple[RecipeFile, list[str]] | None:
         """The recipe that differs from `wanted` in the fewest fields, with those fields."""

@@ -6,7 +6,6 @@ from typing import Any
 
 from slurmx import backends, engines
 from slurmx.backends import Arm, ArmProblem, Backend, BackendSpec
-from slurmx.digest import file_digest
 from slurmx.engines import Engine
 from slurmx.errors import ConfigError, UserError
 from slurmx.flags import render_flags
@@ -173,7 +172,7 @@ def resolve(
         router=router,
         recipe=recipe.recipe,
         recipe_file=str(file.path),
-        recipe_sha256=file_digest(file.path),
+        recipe_sha256=file.sha256,
         engine=engine.name,
         launcher=list(recipe.engine.launcher),
         model_flag=recipe.engine.model_flag,

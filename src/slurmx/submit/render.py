@@ -21,9 +21,10 @@ from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
 from slurmx.slurm.sbatch import render_sbatch
 from slurmx.store.tree import ResultsTree
-from slurmx.submit import disagg, sweep_dir
+from slurmx.submit import disagg
 from slurmx.submit.arrays import array_plans
 from slurmx.submit.resolved import Resolved, check_submittable, is_disaggregated, point_request, resolve_runnable
+from slurmx.submit.stage import sweep_dir
 
 # InferenceX's fixed ports (PORT 8888, the engine behind a router on PORT+1, the router's metrics on
 # PORT+10000, Mooncake's master on PORT+12000), so rendered commands read like the scripts they replace;

@@ -1,0 +1,78 @@
+"""slurmx's line-keeping YAML loader gives exactly the values PyYAML's own safe_load gives: on every config and
+recipe of the repository, InferenceX's masters and runners, and a file of the scalar kinds and aliases."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmx.config.yamlfile import load_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KINDS = """\
+base: &base
+  ints: [0, 7, -3, +4, 0x1F, 017, 1_000, 0b101]
+  floats: [1.5, -0.25, 1e3, .inf, -.inf, 6.02e+23]
+  bools: [true, false, True, FALSE, yes, no, on, off]
+  nulls: [~, null, Null, NULL]
+  strings: ["007", '1.0', "true", plain text, 1.2.3, "", !!str 12]
+  tagged: [!!int "12", !!float "3", !!bool "true", !!null ""]
+  when: 2024-03-05
+  stamp: 2024-03-05T06:07:08Z
+  same: [1, 1, true, true, 1.0]
+  clash: [1, !!float 1, 2, !!str 2]
+copy: *base
+merged:
+  <<: *base
+  ints: [1]
+"""
+
+
+def same(a: object, b: object) -> bool:
+    """Equal and of the same types all the way down (1 == 1.0 == True would hide a wrong constructor)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        assert isinstance(b, list)
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def repository_files() -> list[Path]:
+    return sorted([*(ROOT / "configs").glob("*.yaml"), *(ROOT / "jobs").glob("*.yaml")])
+
+
+def test_the_scalar_kinds_anchors_and_merges_load_as_pyyaml_loads_them(tmp_path: Path) -> None:
+    path = tmp_path / "kinds.yaml"
+    path.write_text(KINDS, encoding="utf-8")
+    data, _ = load_yaml(path)
+    assert same(data, yaml.safe_load(KINDS))
+    # what PyYAML's YAML 1.1 rules say, written out: a wrong tag or constructor shows here
+    assert data["base"]["ints"] == [0, 7, -3, 4, 31, 15, 1000, 5]
+    assert data["base"]["bools"] == [True, False, True, False, True, False, True, False]
+    assert data["base"]["nulls"] == [None, None, None, None]
+    assert data["base"]["strings"] == ["007", "1.0", "true", "plain text", "1.2.3", "", "12"]
+    assert same(data["base"]["tagged"], [12, 3.0, True, None])
+    assert same(data["base"]["clash"], [1, 1.0, 2, "2"])  # one text, two tags: two values
+    assert data["base"]["when"] == datetime.date(2024, 3, 5)
+    assert data["base"]["stamp"] == datetime.datetime(2024, 3, 5, 6, 7, 8, tzinfo=datetime.UTC)
+    assert data["copy"] is data["base"]  # an alias is the same object, as in PyYAML
+    assert data["merged"]["ints"] == [1] and data["merged"]["floats"][0] == 1.5
+
+
+@pytest.mark.parametrize("path", repository_files(), ids=lambda p: p.name)
+def test_every_config_and_recipe_loads_as_pyyaml_loads_it(path: Path) -> None:
+    assert same(load_yaml(path, duplicates="warn")[0], yaml.safe_load(path.read_text(encoding="utf-8")))
+
+
+def test_inferencex_masters_and_runners_load_as_pyyaml_loads_them(fixtures: Path) -> None:
+    for name in ("nvidia-master.yaml", "amd-master.yaml", "runners.yaml"):
+        path = fixtures / name
+        assert same(load_yaml(path, duplicates="warn")[0], yaml.safe_load(path.read_text(encoding="utf-8"))), name
