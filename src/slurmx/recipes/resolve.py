@@ -93,13 +93,13 @@ def find_recipe(point: Point, recipes: Recipes) -> RecipeFile:
     )  # fmt: skip
 
 
-def _engine_flags(recipe: Recipe, arm: Arm, point: Point, engine: Engine) -> list[str]:
+def _engine_flags(recipe: Recipe, arm: Arm, point: Point, engine: Engine, rules: list[ConcRule]) -> list[str]:
     """Base flags with the arm's changes, the EP flags, per-conc rules, what the engine sizes and parallelism."""
     flags = arm_flags(recipe, arm)
     worker = point.prefill if point.multinode and point.prefill is not None else point
     if worker.ep > 1:
         flags.update(recipe.engine.ep_flags)
-    for rule in per_point_rules(recipe, point):
+    for rule in rules:
         flags.update(rule.flags)
     flags, after = engine.sized_flags(flags, recipe.engine.sizing(point.dp_attn), point.conc, DRAFT_PATH)
     return render_flags(flags) + engine.parallel_flags(point) + after
@@ -111,16 +111,9 @@ def per_point_rules(recipe: Recipe, point: Point) -> list[ConcRule]:
     return [r for r in recipe.engine.per_conc if r.applies(point.conc, point.dp_attn, tp, point.backend_name)]
 
 
-def conc_env(recipe: Recipe, point: Point) -> dict[str, str]:
-    """The engine env the recipe's per-conc rules set for this point."""
-    return {k: v for rule in per_point_rules(recipe, point) for k, v in rule.env.items()}
-
-
-def _replay(recipe: Recipe, arm_env: dict[str, str], point: Point) -> Replay:
+def _replay(recipe: Recipe, arm_env: dict[str, str], rules: list[ConcRule]) -> Replay:
     """The point's replay: the recipe's, with its arm's env and the typed fields its per-conc rules set."""
-    update: dict[str, object] = {
-        k: v for rule in per_point_rules(recipe, point) for k, v in rule.replay_update().items()
-    }
+    update: dict[str, object] = {k: v for rule in rules for k, v in rule.replay_update().items()}
     if arm_env:
         update["env"] = {**recipe.replay.env, **arm_env}
     return recipe.replay.model_copy(update=update) if update else recipe.replay
@@ -165,9 +158,10 @@ def resolve(
     assert not point.concs, "a multi-concurrency point does not resolve to one server"
     backend = _backend(file, point, implemented.backend)
     arm = file.arms[point.backend_name]
-    flags = _engine_flags(recipe, arm, point, engine)
+    rules = per_point_rules(recipe, point)  # once: flags, env and replay all read them
+    flags = _engine_flags(recipe, arm, point, engine, rules)
     router = _router(file, point)
-    env = {**recipe.env_policy, **arm.env, **conc_env(recipe, point)}
+    env = {**recipe.env_policy, **arm.env, **{k: v for rule in rules for k, v in rule.env.items()}}
     return ServingSpec(
         router=router,
         recipe=recipe.recipe,
@@ -189,7 +183,7 @@ def resolve(
         nodes=layout.nodes if layout is not None else 1,
         ranks_per_node=layout.ranks_per_node if layout is not None else 1,
         backend=backend,
-        replay=_replay(recipe, arm.replay_env, point),
+        replay=_replay(recipe, arm.replay_env, rules),
         conc=point.conc,
         duration_s=point.duration_s or 3600,
         draft_model=recipe.engine.draft_model,

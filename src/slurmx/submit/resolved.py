@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slurmx import engines
 from slurmx.config.clusters import ClusterProfile
@@ -15,8 +16,10 @@ from slurmx.recipes.resolve import implementation, resolve
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import Runtime, runtime_for
 from slurmx.slurm.request import SlurmRequest, slurm_request
-from slurmx.store.ledger import PointRecord, RepeatMode
 from slurmx.submit.disagg import WHY_NOT_SUBMITTED
+
+if TYPE_CHECKING:
+    from slurmx.store.ledger import PointRecord, RepeatMode
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class Resolved:
         )
 
     def record(self, sweep_id: str, repeats: int = 1) -> PointRecord:
+        from slurmx.store.ledger import PointRecord  # the ledger's models load for submit only: plan writes none
+
         return PointRecord(
             point=self.point,
             sweep_id=sweep_id,
