@@ -18,7 +18,6 @@ from slurmx.config.clusters import NodeProfile
 from slurmx.inputs import load_inputs
 from slurmx.node import numa, serving_body
 from slurmx.node.launch import ENGINE, LaunchPlan
-from slurmx.node.provision import Provisioned
 from slurmx.node.recorder import StageRecorder
 from slurmx.node.supervisor import Supervisor
 from slurmx.process import Process
@@ -51,7 +50,9 @@ def start(
         [Process("lmcache", [sys.executable, "-c", REPORT], {}), Process(ENGINE, [sys.executable, "-c", REPORT], {})]
     )
     monkeypatch.setattr(serving_body, "preflight", lambda *a, **k: [])
-    monkeypatch.setattr(serving_body.provision, "run", lambda *a: Provisioned())  # placement needs no install
+    monkeypatch.setattr(  # placement needs no install
+        serving_body.provision, "start", lambda spec, _, sup: serving_body.provision.Provisioning(spec, sup)
+    )
     monkeypatch.setattr(serving_body, "launch_plan", lambda *a: plan)
     stub_lock = NodeLock(image=record.point.image, runtime="venv", node="node01", slurmx_version="test")
     monkeypatch.setattr(serving_body, "what_ran", lambda *a: stub_lock)

@@ -115,7 +115,7 @@ def test_lmcache_falling_back_to_torch_ops_fails_the_point(tmp_path: Path, monke
     fake.chmod(0o755)
     runtime = VenvRuntime(engine_python=sys.executable, lmcache_bin=str(fake), aiperf_bin=sys.executable)
     monkeypatch.setattr(serving_body, "preflight", lambda *a, **k: [])  # no GPUs or model here
-    monkeypatch.setattr(provision, "run", lambda *a: provision.Provisioned())  # tested above, for real
+    monkeypatch.setattr(provision, "start", lambda spec, _, sup: provision.Provisioning(spec, sup))  # tested above
     with Supervisor(point.path, f"guard-1-{os.getpid()}") as sup, pytest.raises(PointFailed) as caught:
         start_servers(Member(point, record, StageRecorder(point)), runtime, sup)
     assert str(caught.value) == "LMCache fell back to torch ops (no compiled extension) (lmcache.log:1)"
@@ -321,3 +321,34 @@ def test_an_arms_requirements_install_with_its_wheel_from_its_page_in_one_pip() 
     refusal = {s.item: s for s in provision.plan(unpinned, _venv(Path("/tmp")))}["pip install"]
     done = subprocess.run(refusal.process.argv, capture_output=True, text=True)
     assert done.returncode == 1 and "beside its wheel, but the point pins no version" in done.stderr
+
+
+BARRIER = """#!/bin/sh
+# a check that runs only when every check of the point runs beside it: each leaves a mark, then waits for all
+touch "{marks}/$$"
+for _ in $(seq 200); do
+    [ "$(ls "{marks}" | wc -l)" -ge {count} ] && exec {python} "$@"
+    sleep 0.1
+done
+echo "ran alone: the checks ran one after another"
+exit 1
+"""
+
+
+def test_the_checks_run_side_by_side_and_the_first_failure_in_plan_order_is_the_cause(tmp_path: Path) -> None:
+    # version lmcache, the import checks, torch's libraries, aiperf and the model: five processes, each held
+    # until all five run; one after another, the first would wait alone and fail saying so
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    fake = tmp_path / "python"
+    fake.write_text(BARRIER.format(marks=marks, count=5, python=sys.executable))
+    fake.chmod(0o755)
+    runtime = VenvRuntime(engine_python=str(fake), aiperf_bin=str(fake), model_root=str(tmp_path))
+    with Supervisor(tmp_path, f"prov-4-{os.getpid()}") as sup, pytest.raises(PointFailed) as caught:
+        provision.run(_spec(), runtime, sup)
+    assert len(list(marks.iterdir())) == 5
+    # every check fails here (no lmcache, no torch, no model tiny); the version read back is named, as when
+    # the version probe ran first and alone
+    assert str(caught.value) == (
+        "provision: version lmcache failed: lmcache is not installed in the engine environment (the config pins 0.5.6)"
+    )

@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slurmx.node.recorder import PointFailed
-from slurmx.node.supervisor import Supervisor
+from slurmx.node.supervisor import Managed, Supervisor
 from slurmx.process import COMMON_ENV, Process
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import Runtime
@@ -55,9 +56,13 @@ _VERSION = (
     "if found != pinned:\n"
     "    sys.exit(f'{name} {found} is installed in the engine environment, the config pins {pinned}')\n"
 )
+# torch's directory from its import spec: the same directory `torch.__file__` names, found without importing
+# torch (tens of seconds on a cold node; the import checks and the servers import it anyway)
 _TORCH_LIBS = (
-    "import json, os, sys, torch\n"
-    "lib = os.path.join(os.path.dirname(torch.__file__), 'lib')\n"
+    "import importlib.util, json, os, sys\n"
+    "found = importlib.util.find_spec('torch')\n"
+    "if found is None or not found.origin: sys.exit('torch is not installed in the engine environment')\n"
+    "lib = os.path.join(os.path.dirname(found.origin), 'lib')\n"
     "base, cuda = sys.argv[1].split(','), sys.argv[2].split(',')\n"
     "pre = [os.path.join(lib, n) for n in base]\n"
     "if os.path.isfile(os.path.join(lib, cuda[0])):\n"
@@ -269,34 +274,107 @@ def _torch_env(spec: ServingSpec, found: dict[str, str]) -> dict[str, dict[str, 
     return {**{name: {"LD_PRELOAD": found["ld_preload"], **path} for name in servers}, "engine": dict(path)}
 
 
-def run(spec: ServingSpec, runtime: Runtime, supervisor: Supervisor) -> Provisioned:
-    """Run every step, supervised; the first that fails fails the point with its last line."""
-    out = Provisioned()
-    done: set[str] = set()
+# What the servers' start needs answered first: the env of torch's libraries, the model the engine loads. Pip
+# installs and upstream scripts change the environment, so they run before anything else, one after another.
+_BEFORE_SERVERS = ("torch libraries", "download model ")
+_INSTALLS = ("pip install", "aiperf venv", "run ")
+
+
+def _installs(step: Step) -> bool:
+    return step.item.startswith(_INSTALLS) or step.item == "aiperf"
+
+
+@dataclass
+class _Started:
+    step: Step
+    managed: Managed
+    deadline: float  # monotonic
+
+
+@dataclass
+class Provisioning:
+    """Provisioning under way: the installs done, the checks started side by side. `provisioned.env` is known
+    once `start` returns (the servers' start needs it); `finish` waits for the rest and fills the record."""
+
+    spec: ServingSpec
+    supervisor: Supervisor
+    started: list[_Started] = field(default_factory=list)  # one per process, in plan order
+    provisioned: Provisioned = field(default_factory=Provisioned)
+    codes: dict[int, int] = field(default_factory=dict)  # exit codes of the started steps waited for, by index
+
+    def _code(self, index: int) -> int:
+        if index not in self.codes:
+            item = self.started[index]
+            try:
+                code = self.supervisor.wait(item.managed, timeout_s=max(0.0, item.deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise PointFailed(f"provision: {item.step.item} took over {item.step.timeout_s:.0f} s") from None
+            self.codes[index] = code
+            if code == 0:
+                _read(self.spec, item.step, _lines(item), self.provisioned)
+        return self.codes[index]
+
+    def wait_for(self, indexes: list[int]) -> None:
+        """Wait for these started steps. When one failed, the first failed step in plan order fails the point,
+        as if they had run one after another (a version mismatch, not the import it breaks, is the cause)."""
+        failed = [i for i in indexes if self._code(i) != 0]
+        if failed:
+            first = next(i for i in range(min(failed) + 1) if self._code(i) != 0)
+            item = self.started[first]
+            raise PointFailed(
+                f"provision: {item.step.item} failed: {(_lines(item) or [f'exit {self.codes[first]}'])[-1]}"
+            )
+
+    def finish(self) -> Provisioned:
+        """Every step's answer, one record per process in plan order (the lock's); the first failed step fails the
+        point."""
+        self.wait_for(list(range(len(self.started))))
+        self.provisioned.record = [
+            {"step": item.step.item, "argv": item.step.process.argv, "result": (_lines(item) or [""])[-1]}
+            for item in self.started
+        ]
+        return self.provisioned
+
+
+def _lines(item: _Started) -> list[str]:
+    return item.managed.log_tail(20).strip().splitlines()
+
+
+def _read(spec: ServingSpec, step: Step, lines: list[str], out: Provisioned) -> None:
+    """What a step's output says, into `out`."""
+    if step.item.startswith("version "):
+        out.versions.update(_json_line(lines))
+    elif step.item == "aiperf revision":
+        out.aiperf_revision = _json_line(lines).get("aiperf_revision")
+    elif step.item.startswith("download model "):
+        out.model_revision = _json_line(lines).get("model_revision", out.model_revision)
+    elif step.item == "torch libraries":
+        found = _json_line(lines)
+        out.env = _torch_env(spec, {k: str(v) for k, v in found.items()})
+
+
+def start(spec: ServingSpec, runtime: Runtime, supervisor: Supervisor) -> Provisioning:
+    """Run the installs one after another, then start every check at once (each answers on its own), and wait
+    for those the servers' start needs (`_BEFORE_SERVERS`); the others answer in `finish`."""
+    provisioning = Provisioning(spec, supervisor)
+    started = provisioning.started
+    names: set[str] = set()
     for step in plan(spec, runtime):
-        if step.process.name in done:  # one import check covers several modules
+        if step.process.name in names:  # one import check covers several modules; one pip installs a group
             continue
-        done.add(step.process.name)
+        names.add(step.process.name)
         managed = supervisor.start(step.process.name, step.process.argv, step.process.env, base_env=dict(os.environ))
-        try:
-            code = supervisor.wait(managed, timeout_s=step.timeout_s)
-        except subprocess.TimeoutExpired:
-            raise PointFailed(f"provision: {step.item} took over {step.timeout_s:.0f} s") from None
-        lines = managed.log_tail(20).strip().splitlines()
-        if code != 0:
-            raise PointFailed(f"provision: {step.item} failed: {(lines or [f'exit {code}'])[-1]}")
-        last = lines[-1] if lines else ""
-        if step.item.startswith("version "):
-            out.versions.update(_json_line(lines))
-        elif step.item == "aiperf revision":
-            out.aiperf_revision = _json_line(lines).get("aiperf_revision")
-        elif step.item.startswith("download model "):
-            out.model_revision = _json_line(lines).get("model_revision", out.model_revision)
-        elif step.item == "torch libraries":
-            found = _json_line(lines)
-            out.env = _torch_env(spec, {k: str(v) for k, v in found.items()})
-        out.record.append({"step": step.item, "argv": step.process.argv, "result": last})
-    return out
+        started.append(_Started(step, managed, time.monotonic() + step.timeout_s))
+        if _installs(step):  # the environment the next steps check is the one this step leaves
+            provisioning.wait_for(list(range(len(started))))
+    provisioning.wait_for([i for i, item in enumerate(started) if item.step.item.startswith(_BEFORE_SERVERS)])
+    return provisioning
+
+
+def run(spec: ServingSpec, runtime: Runtime, supervisor: Supervisor) -> Provisioned:
+    """Every step, its checks side by side; the first step in plan order that fails fails the point with its
+    last line."""
+    return start(spec, runtime, supervisor).finish()
 
 
 def _json_line(lines: list[str]) -> dict[str, Any]:

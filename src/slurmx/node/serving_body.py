@@ -92,9 +92,10 @@ class Servers:
 
 @dataclass
 class Prepared:
-    """A node made ready for its servers: provisioned, its ports chosen, what it starts and where (NUMA)."""
+    """A node made ready for its servers: provisioning under way (what the servers need answered), its ports
+    chosen, what it starts and where (NUMA)."""
 
-    provisioned: provision.Provisioned
+    provisioning: provision.Provisioning
     ports: ServerPorts
     plan: LaunchPlan
     numa_prefix: list[str]
@@ -115,15 +116,15 @@ def prepare_node(
     )  # fmt: skip
     if problems:
         raise PointFailed("preflight: " + "; ".join(problems))
-    provisioned = provision.run(spec, runtime, supervisor)
+    provisioning = provision.start(spec, runtime, supervisor)  # its other checks answer beside the servers' start
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
-    plan = launch_plan(spec, ports, runtime, provisioned.env, part, run_dir)
+    plan = launch_plan(spec, ports, runtime, provisioning.provisioned.env, part, run_dir)
     for process in plan.servers:
         write_files(process)
     numa_prefix, numa_record = numa.placement(
         node_profile.numa_policy if node_profile else "none", dict(os.environ), in_container=not runtime.tools_on_host
     )
-    return Prepared(provisioned, ports, plan, numa_prefix, numa_record)
+    return Prepared(provisioning, ports, plan, numa_prefix, numa_record)
 
 
 def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers: Rendezvous | None = None) -> Servers:
@@ -137,7 +138,7 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
         part = NodePart(0, address, rpc_port, master_port, address)
         peers.publish_head(task.name, part)
     prepared = prepare_node(first, runtime, supervisor, part, first.point.path)
-    provisioned, ports, plan = prepared.provisioned, prepared.ports, prepared.plan
+    ports, plan = prepared.ports, prepared.plan
     numa_prefix, numa_record = prepared.numa_prefix, prepared.numa_record
     base_env = dict(os.environ)
     telemetry_dir = first.point.telemetry  # sampled for the whole group; torn down with the rest
@@ -146,26 +147,31 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
     sampler = telemetry.telemetry_argv(sys.executable, telemetry_dir, absent=absent)
     supervisor.start("telemetry", sampler, {}, base_env=base_env)
     started = []
-    for process in plan.servers:
-        first.recorder.stage("engine" if process.name in (ENGINE, ROUTER) else "lmcache")
-        argv = placed(process, runtime, numa_prefix).argv
-        managed = supervisor.start(process.name, argv, process.env, base_env=base_env)
-        started.append(managed)
-        if process.health_url:
-            try:
-                supervisor.wait_ready(
-                    managed,
-                    process.health_url,
-                    timeout_s=process.ready_timeout_s,
-                    interval_s=READY_POLL_S,
-                    abort=peers.failed_peer if peers is not None else None,
-                )
-            except SupervisorError as exc:
-                if peers is not None and (failed := peers.failed_peer()) is not None:
-                    raise PointFailed(failed) from exc
-                raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
-        if fatal := log_failures(spec.backend.name, {process.name: managed.log_path}, fatal_only=True):
-            raise PointFailed(fatal[0])
+    try:
+        for process in plan.servers:
+            first.recorder.stage("engine" if process.name in (ENGINE, ROUTER) else "lmcache")
+            argv = placed(process, runtime, numa_prefix).argv
+            managed = supervisor.start(process.name, argv, process.env, base_env=base_env)
+            started.append(managed)
+            if process.health_url:
+                try:
+                    supervisor.wait_ready(
+                        managed,
+                        process.health_url,
+                        timeout_s=process.ready_timeout_s,
+                        interval_s=READY_POLL_S,
+                        abort=peers.failed_peer if peers is not None else None,
+                    )
+                except SupervisorError as exc:
+                    if peers is not None and (failed := peers.failed_peer()) is not None:
+                        raise PointFailed(failed) from exc
+                    raise PointFailed(f"{process.name} did not become ready: {exc}".splitlines()[0]) from exc
+            if fatal := log_failures(spec.backend.name, {process.name: managed.log_path}, fatal_only=True):
+                raise PointFailed(fatal[0])
+    except PointFailed:
+        prepared.provisioning.finish()  # a failed check (a connector that does not import) is the cause
+        raise
+    provisioned = prepared.provisioning.finish()
     if peers is not None:  # the head answers once every rank registered; each node also says it runs
         others = this_task().count - 1
         if (why := peers.await_peers(others, "running", spec.startup_timeout_s)) is not None:

@@ -67,12 +67,17 @@ def _serve(first: Member, task: NodeTask, rendezvous: Rendezvous, supervisor: Su
         rendezvous.node_dir(task.name),
     )
     started: list[Managed] = []
-    for process in prepared.plan.servers:  # this node's backend servers placed as on the head
-        argv = placed(process, runtime, prepared.numa_prefix).argv
-        managed = supervisor.start(process.name, argv, process.env, base_env=dict(os.environ))
-        started.append(managed)
-        if process.health_url:
-            supervisor.wait_ready(managed, process.health_url, timeout_s=process.ready_timeout_s)
+    try:
+        for process in prepared.plan.servers:  # this node's backend servers placed as on the head
+            argv = placed(process, runtime, prepared.numa_prefix).argv
+            managed = supervisor.start(process.name, argv, process.env, base_env=dict(os.environ))
+            started.append(managed)
+            if process.health_url:
+                supervisor.wait_ready(managed, process.health_url, timeout_s=process.ready_timeout_s)
+    except (PointFailed, SupervisorError):
+        prepared.provisioning.finish()  # a failed provisioning check is the cause
+        raise
+    prepared.provisioning.finish()  # this node runs only once every check of its environment passed
     rendezvous.report(task.name, "running")
     while not rendezvous.ended():
         if (gone := rendezvous.head_gone()) is not None:  # the head's task died: no one else ends this node
