@@ -352,3 +352,36 @@ def test_the_checks_run_side_by_side_and_the_first_failure_in_plan_order_is_the_
     assert str(caught.value) == (
         "provision: version lmcache failed: lmcache is not installed in the engine environment (the config pins 0.5.6)"
     )
+
+
+def test_the_lmcache_server_starts_beside_the_checks_and_a_failed_check_is_the_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "tiny-fp32-local-vllm-agentic-lmcache"
+    inputs = load_inputs(None, None, [key])
+    item = next(r for r in resolve_points(inputs.points, inputs) if r.point.backend_name == "lmcache")
+    point = ResultsTree(tmp_path / "results").sweep(key, "s1").point(item.point.point_id)
+    record = item.record("s1")
+    queue_point(point, record)
+    assert record.serving is not None
+    # what the servers' start needs is found: a torch package on the engine's path (its libraries' directory)
+    # and the model; lmcache's version and its connector are not (no lmcache in this environment)
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("")
+    server = tmp_path / "lmcache"
+    server.write_text("#!/bin/sh\necho 'lmcache: started'\nexit 3\n")
+    server.chmod(0o755)
+    runtime = VenvRuntime(engine_python=sys.executable, engine_pythonpath=str(site), lmcache_bin=str(server),
+                          aiperf_bin=sys.executable, model_root=str(tmp_path / "models"))  # fmt: skip
+    model = Path(runtime.model_path(record.serving.model))
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    monkeypatch.setattr(serving_body, "preflight", lambda *a, **k: [])  # no GPUs here
+    with Supervisor(point.path, f"beside-1-{os.getpid()}") as sup, pytest.raises(PointFailed) as caught:
+        start_servers(Member(point, record, StageRecorder(point)), runtime, sup)
+    assert "lmcache: started" in (point.path / "logs" / "lmcache.log").read_text()  # not held for the check
+    # the server's own failure is not the cause: the first failed check in plan order is
+    assert str(caught.value) == (
+        "provision: version lmcache failed: lmcache is not installed in the engine environment (the config pins 0.5.6)"
+    )
