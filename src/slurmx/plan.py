@@ -10,6 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -134,7 +135,12 @@ class Point:
         return parallelism_label(self.tp, self.ep, self.dp_attn, self.pp, self.dcp_size, self.pcp_size)
 
     def row(self) -> dict[str, Any]:
-        """The row InferenceX's generator emits for this point, under its field names."""
+        """The row InferenceX's generator emits for this point, under its field names (a copy to change)."""
+        return dict(self._built_row)
+
+    @cached_property
+    def _built_row(self) -> dict[str, Any]:
+        # built once: the point id, plan's output and the server groups all read it (the point is frozen)
         return _row(self)
 
 
