@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -17,7 +18,7 @@ from slurmx.node import provision, serving_body
 from slurmx.node.recorder import PointFailed, StageRecorder
 from slurmx.node.serving_body import Member, start_servers
 from slurmx.node.supervisor import Supervisor
-from slurmx.recipes.model import Replay
+from slurmx.recipes.model import PipInstall, Provision, Replay
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.runtimes.venv import VenvRuntime
@@ -385,3 +386,56 @@ def test_the_lmcache_server_starts_beside_the_checks_and_a_failed_check_is_the_c
     assert str(caught.value) == (
         "provision: version lmcache failed: lmcache is not installed in the engine environment (the config pins 0.5.6)"
     )
+
+
+SPAN = """#!/bin/sh
+# logs when each provisioning process runs; pip "installs" nothing, every other process runs for real
+kind=check; [ "$1 $2 $3" = "-m pip install" ] && kind=install
+echo "$$ start $(date +%s.%N) $kind" >> "{log}"
+sleep 0.3
+if [ $kind = install ]; then code=0; else {python} "$@"; code=$?; fi
+echo "$$ end $(date +%s.%N)" >> "{log}"
+exit $code
+"""
+
+
+class _InstallingVenv(VenvRuntime):
+    installs: ClassVar[bool] = True  # as a container does: the pin and the recipe's packages are installed
+
+
+def test_no_check_runs_while_an_install_changes_the_environment(tmp_path: Path) -> None:
+    log = tmp_path / "spans.log"
+    fake = tmp_path / "python"
+    fake.write_text(SPAN.format(log=log, python=sys.executable))
+    fake.chmod(0o755)
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text("{}")
+    # the engine's environment as installed: lmcache 0.5.6 (its connector module) and torch
+    site = tmp_path / "site"
+    (site / "lmcache-0.5.6.dist-info").mkdir(parents=True)
+    (site / "lmcache-0.5.6.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: lmcache\nVersion: 0.5.6\n")
+    connector = site / Path(*CONNECTOR_MODULE.split("."))
+    connector.parent.mkdir(parents=True)
+    for package in [connector.parent, *connector.parent.parents][: len(CONNECTOR_MODULE.split(".")) - 1]:
+        (package / "__init__.py").write_text("")
+    connector.with_suffix(".py").write_text("")
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("")
+    runtime = _InstallingVenv(engine_python=str(fake), engine_pythonpath=str(site), aiperf_bin=str(fake),
+                              model_root=str(tmp_path))  # fmt: skip
+    spec = _spec().model_copy(update={"provision": Provision(pip=[PipInstall(packages=["x==1"])])})
+    with Supervisor(tmp_path, f"prov-5-{os.getpid()}") as sup:
+        done = provision.run(spec, runtime, sup)
+    assert done.versions == {"lmcache": "0.5.6"}
+    spans: dict[str, list[float]] = {}
+    installs: set[str] = set()
+    for line in log.read_text().splitlines():
+        pid, what, at, *kind = line.split()
+        spans.setdefault(pid, []).append(float(at))
+        if kind == ["install"]:
+            installs.add(pid)
+    assert len(installs) == 2 and len(spans) >= 6, spans  # the pin, the recipe's packages; the checks
+    for install in installs:
+        begun, ended = spans[install]
+        for pid, (start, end) in spans.items():
+            assert pid == install or end <= begun or start >= ended, f"{pid} ran during install {install}: {spans}"

@@ -363,6 +363,8 @@ def start(spec: ServingSpec, runtime: Runtime, supervisor: Supervisor) -> Provis
         if step.process.name in names:  # one import check covers several modules; one pip installs a group
             continue
         names.add(step.process.name)
+        if _installs(step):  # no check reads the environment while an install changes it
+            provisioning.wait_for(list(range(len(started))))
         managed = supervisor.start(step.process.name, step.process.argv, step.process.env, base_env=dict(os.environ))
         started.append(_Started(step, managed, time.monotonic() + step.timeout_s))
         if _installs(step):  # the environment the next steps check is the one this step leaves
