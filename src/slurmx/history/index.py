@@ -108,6 +108,17 @@ collected = sa.Table(
     sa.Column("digest", sa.Text, nullable=False),
 )
 
+# what `collect --index` printed (history/replay.py), by its options; printed again while `state` (its sweeps'
+# index state) is unchanged and the summaries it names are still there
+replays = sa.Table(
+    "slurmx_replays",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("state", sa.String(64), nullable=False),
+    sa.Column("summaries", sa.Text, nullable=False),  # a JSON list of the summary.json paths that must exist
+    sa.Column("output", sa.LargeBinary, nullable=False),
+)
+
 
 def _schema_version() -> str:
     text = json.dumps(

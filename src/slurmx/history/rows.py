@@ -22,7 +22,7 @@ from slurmx.collect import collect as col
 from slurmx.results.schema import PercentileCertificate
 from slurmx.store.tree import REPEATS, SweepDir
 
-from .index import ROW_COLUMNS, collected, files, results, sweeps
+from .index import ROW_COLUMNS, collected, files, replays, results, sweeps
 
 _ROW_NAMES = tuple(name for name, _ in ROW_COLUMNS)
 
@@ -124,3 +124,34 @@ def record(engine: Engine, written: dict[Path, str], given: list[SweepDir]) -> N
     with engine.begin() as conn:
         conn.execute(sa.delete(collected).where(collected.c.sweep.in_(ids)))
         conn.execute(sa.insert(collected), [{"sweep": refs[p], "digest": d} for p, d in written.items() if p in refs])
+
+
+def state(engine: Engine, given: list[SweepDir]) -> str:
+    """The index's state of the given sweeps: which they are and when each was last ingested (a changed, new or
+    removed result file re-ingests its sweep and so changes this)."""
+    wanted = {(str(s.path.resolve().parent.parent), s.config_key, s.sweep_id): str(s.path) for s in given}
+    roots = sorted({root for root, _, _ in wanted})
+    seen: dict[str, tuple[int, float]] = {}
+    with engine.connect() as conn:
+        query = sa.select(sweeps.c.id, sweeps.c.root, sweeps.c.config_key, sweeps.c.sweep_id, sweeps.c.ingested_at)
+        for r in conn.execute(query.where(sweeps.c.root.in_(roots))):
+            path = wanted.get((r.root, r.config_key, r.sweep_id))
+            if path is not None:
+                seen[path] = (r.id, r.ingested_at)
+    text = json.dumps([(str(s.path), seen.get(str(s.path))) for s in given])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def replay_of(engine: Engine, key: str) -> tuple[str, list[str], bytes] | None:
+    """(state, summary.json paths, output) that `collect --index` recorded under these options, if any."""
+    with engine.connect() as conn:
+        query = sa.select(replays.c.state, replays.c.summaries, replays.c.output).where(replays.c.key == key)
+        r = conn.execute(query).first()
+    return None if r is None else (r.state, json.loads(r.summaries), bytes(r.output))
+
+
+def keep_replay(engine: Engine, key: str, state_: str, summaries: list[str], output: bytes) -> None:
+    """Record what `collect --index` printed under these options in this state (replacing the last one)."""
+    with engine.begin() as conn:
+        conn.execute(sa.delete(replays).where(replays.c.key == key))
+        conn.execute(sa.insert(replays).values(key=key, state=state_, summaries=json.dumps(summaries), output=output))
