@@ -17,16 +17,17 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from slurmx.collect import frontier
-from slurmx.plan import parallelism_label
-from slurmx.results import gate
-from slurmx.results.schema import PercentileCertificate, Result
 from slurmx.store import atomic
 from slurmx.store.tree import POINTS, REPEATS, RESULT_JSON, PointDir, SweepDir
+
+# imported where used: a `collect --index` that finds nothing changed never parses a file (pydantic, the schema)
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from slurmx.results.schema import PercentileCertificate, Result
 
 BASELINE_ARM = "none"
 
@@ -197,6 +198,10 @@ def _repeat_files(repeats: Path) -> list[Path]:
 def read_result(path: Path) -> tuple[Result | None, str | None]:
     """(result, None) for a file that matches the schema, (None, one-line reason) otherwise (the gate
     is applied by `collect`, which keeps refused results as invalid rows)."""
+    from pydantic import ValidationError
+
+    from slurmx.results.schema import Result
+
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -313,6 +318,8 @@ def _loser(row: Row, winner: Row) -> Skipped:
 def parallelism(result: Result) -> str:
     """TP8, DEP8, TP8-EP8, TP4-PP2 ...: the label the point recorded, else (a file written elsewhere) the same
     function `slurmx plan` uses."""
+    from slurmx.plan import parallelism_label
+
     if result.slurmx is not None and result.slurmx.parallelism:
         return result.slurmx.parallelism
     dp_attn = result.dp_attention.lower() == "true"
@@ -320,6 +327,8 @@ def parallelism(result: Result) -> str:
 
 
 def flatten(result: Result, path: Path, sweep: SweepDir) -> Row:
+    from slurmx.results import gate
+
     rm = result.request_metrics
     lat = rm.latency
     cache = result.server_metrics.cache

@@ -26,23 +26,25 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from slurmx import __version__, paths
 from slurmx.collect import collect as col
-from slurmx.collect import finish, frontier
-from slurmx.collect.compare import Baseline, Comparison, describe, load_baseline, parse_threshold
-from slurmx.collect.repeats import METRICS, PointAggregate, rows_have_repeats
-from slurmx.collect.stats import Estimate
+from slurmx.collect import frontier
 from slurmx.errors import UserError
 from slurmx.store import atomic
 from slurmx.store.targets import find_sweeps
 from slurmx.store.tree import ResultsTree, SweepDir
+
+# rich, the comparison, the repeats and the schema behind them are imported where used: a `collect --index` that
+# finds nothing changed prints its recorded text and needs none of them
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from slurmx.collect import finish
+    from slurmx.collect.compare import Baseline, Comparison
+    from slurmx.collect.repeats import PointAggregate
+    from slurmx.collect.stats import Estimate
 
 # Show a progress bar from this many result files on (a TTY), or always print a count from _MANY.
 _PROGRESS_FROM = 200
@@ -107,15 +109,19 @@ def run(args: argparse.Namespace) -> int:
         known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         hint = f" (keys under {root}: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''})" if known else ""
         raise UserError(f"no config key or sweep named {', '.join(missing)} in {root}{hint}")
-    threshold = parse_threshold(args.fail_on_regression) if args.fail_on_regression else None
-    if threshold is not None and not args.compare:
-        raise UserError("--fail-on-regression needs --compare BASELINE")
-    baseline = load_baseline(args.compare, tree) if args.compare else None
+    threshold, baseline = None, None
+    if args.fail_on_regression or args.compare:
+        from slurmx.collect.compare import load_baseline, parse_threshold
+
+        threshold = parse_threshold(args.fail_on_regression) if args.fail_on_regression else None
+        if threshold is not None and not args.compare:
+            raise UserError("--fail-on-regression needs --compare BASELINE")
+        baseline = load_baseline(args.compare, tree) if args.compare else None
     if baseline is not None:  # the baseline's own sweeps are not part of this run
         sweeps = [s for s in sweeps if s.path not in {b.path for b in baseline.sweeps}]
-    err = Console(stderr=True)
     if args.index or args.db is not None:
-        return _run_indexed(args, root, sweeps, baseline, threshold, err)
+        return _run_indexed(args, root, sweeps, baseline, threshold)
+    err = _stderr()
     listed = {s.path: col.result_files(s) for s in sweeps}
     files = sum(len(v) for v in listed.values())
     if files == 0:
@@ -124,6 +130,12 @@ def run(args: argparse.Namespace) -> int:
     with _progress(err, files) as advance:
         collection = col.collect(sweeps, on_file=advance, files=listed)
     return _finish(args, root, collection, baseline, threshold, err)[0]
+
+
+def _stderr() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def _nothing(args: argparse.Namespace, root: Path, err: Console) -> int:
@@ -142,7 +154,6 @@ def _run_indexed(
     sweeps: list[SweepDir],
     baseline: Baseline | None,
     threshold: float | None,
-    err: Console,
 ) -> int:
     """The rows from the index after an incremental ingest; only sweeps whose rows or options changed since the
     last `collect --index` get their files rewritten (every sweep with --compare: its report holds the comparison)."""
@@ -164,6 +175,7 @@ def _run_indexed(
             except BrokenPipeError:  # `slurmx collect | head` is fine; silence the flush at exit
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
+        err = _stderr()
         chunks: list[tuple[int, str]] = []
         dry: list[list[tuple[int, str]]] | None = [] if replayable else None
         with replay.recording(chunks) if replayable else nullcontext():
@@ -211,6 +223,8 @@ def _finish(
 ) -> tuple[int, bool]:
     """Write the files beside each sweep (of `only`, when given) and print; (exit code, whether all were written).
     `dry`, when given, gets [what was printed, what would have been printed had no file been written]."""
+    from slurmx.collect import finish
+
     written: list[Path] = []
     wrote = True
     try:
@@ -258,6 +272,8 @@ def _report(
     err: Console,
     extras: finish.Extras,
 ) -> None:
+    from slurmx.collect.repeats import rows_have_repeats
+
     if args.json:
         _print_json(collection, root, written, plot_note, extras.json())
     else:
@@ -284,6 +300,8 @@ def _report(
 @contextmanager
 def _progress(err: Console, files: int) -> Iterator[Callable[[int], None] | None]:
     if err.is_terminal and files >= _PROGRESS_FROM:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         columns = (TextColumn("collecting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=True) as progress:
             task = progress.add_task("collect", total=files)
@@ -369,6 +387,9 @@ def _validity(v: col.Row) -> str:
 
 
 def _print_tables(collection: col.Collection, view: frontier.View) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console(width=None if sys.stdout.isatty() else 280)  # room for the frontier column
     by_key: dict[str, list[col.Row]] = {}
     for row in col.sorted_rows(collection.rows):
@@ -435,6 +456,8 @@ def _pct(value: float | None) -> str:
 
 
 def _print_skipped(err: Console, collection: col.Collection) -> None:
+    from rich.text import Text
+
     skipped = collection.skipped
     invalid = [s for s in skipped if s.kind == "invalid"]
     superseded = [s for s in skipped if s.kind == "superseded"]
@@ -494,6 +517,11 @@ def _est(est: Estimate | None, spec: str) -> str:
 
 def _print_intervals(aggs: list[PointAggregate]) -> None:
     """One row per point over its repeats: mean ±95 % half-width (as % of the mean), ratios with intervals."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from slurmx.collect.repeats import METRICS
+
     console = Console(width=None if sys.stdout.isatty() else 220)
     by_key: dict[str, list[PointAggregate]] = {}
     for a in aggs:
@@ -540,6 +568,12 @@ def _print_intervals(aggs: list[PointAggregate]) -> None:
 
 
 def _print_comparison(comparison: Comparison) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from slurmx.collect.compare import describe
+    from slurmx.collect.repeats import METRICS
+
     console = Console(width=None if sys.stdout.isatty() else 220)
     table = Table(title=f"compared with {comparison.label}", title_justify="left")
     table.add_column("point", no_wrap=True)

@@ -19,15 +19,17 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from slurmx.collect import collect as col
 from slurmx.errors import UserError
-from slurmx.results.schema import Result
 from slurmx.store.tree import POINTS, REPEATS, RESULT_JSON, PointDir, ResultsTree, SweepDir
+
+if TYPE_CHECKING:  # parsing a file imports the schema: an ingest that finds nothing changed parses none
+    from slurmx.results.schema import Result
 
 ENV_DB = "SLURMX_DB"
 # collect's Row fields that are not one result's own (computed across a sweep's rows) or live elsewhere

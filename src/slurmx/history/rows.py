@@ -19,7 +19,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from slurmx.collect import collect as col
-from slurmx.results.schema import PercentileCertificate
 from slurmx.store.tree import REPEATS, SweepDir
 
 from .index import ROW_COLUMNS, collected, files, replays, results, sweeps
@@ -84,6 +83,8 @@ _FIRST = 11  # the query's columns before _ROW_NAMES
 
 
 def _row(r: Any, path: Path) -> col.Row:
+    from slurmx.results.schema import PercentileCertificate  # imported here: a replayed collect needs no pydantic
+
     cert = None
     if r.ttft_p90_count is not None:
         cert = PercentileCertificate(count=r.ttft_p90_count, need=r.ttft_p90_need, certified=r.ttft_p90_certified)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmx.config.load import suggest
 from slurmx.errors import UserError
 from slurmx.store.tree import PointDir, ResultsTree, SweepDir
 
@@ -49,6 +48,8 @@ def resolve(tree: ResultsTree, name: str | None, allow_point: bool = True) -> Ta
             raise UserError(f"{name!r} matches {len(points)} points; give more of the point id")
     known = sorted({s.config_key for s in sweeps} | {s.sweep_id for s in sweeps})
     what = "config key, sweep or point" if allow_point else "config key or sweep"
+    from slurmx.config.load import suggest  # pydantic and the config models: only for this message
+
     raise UserError(f"no {what} {name!r} in {tree.root}{suggest(name, known)}")
 
 
