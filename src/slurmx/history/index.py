@@ -78,6 +78,8 @@ sweeps = sa.Table(
     sa.Column("cluster", sa.Text),  # sweep.json's cluster label
     sa.Column("ran_at", sa.Float),  # sweep.json's created_at, else its first result's start
     sa.Column("ingested_at", sa.Float, nullable=False),
+    # a digest of its result files' paths, mtimes and sizes at the last ingest: an unchanged sweep is one compare
+    sa.Column("stat_digest", sa.String(64)),
     sa.UniqueConstraint("root", "config_key", "sweep_id"),
 )
 files = sa.Table(
@@ -248,35 +250,32 @@ def ingest(engine: Engine, roots: Iterable[Path], only: set[Path] | None = None)
         root = root.resolve()
         tree_sweeps = list(ResultsTree(root).sweeps())
         with engine.connect() as conn:
-            known = {
-                (r.config_key, r.sweep_id): r.id
-                for r in conn.execute(
-                    sa.select(sweeps.c.id, sweeps.c.config_key, sweeps.c.sweep_id).where(sweeps.c.root == str(root))
-                )
-            }
-            stored: dict[int, dict[str, tuple[int, int]]] = {}
-            for r in conn.execute(
-                sa.select(files.c.sweep, files.c.path, files.c.mtime_ns, files.c.size)
-                .join(sweeps, files.c.sweep == sweeps.c.id)
-                .where(sweeps.c.root == str(root))
-            ):
-                stored.setdefault(r.sweep, {})[r.path] = (r.mtime_ns, r.size)
+            known, digests = {}, {}
+            query = sa.select(sweeps.c.id, sweeps.c.config_key, sweeps.c.sweep_id, sweeps.c.stat_digest)
+            for r in conn.execute(query.where(sweeps.c.root == str(root))):
+                known[(r.config_key, r.sweep_id)] = r.id
+                digests[r.id] = r.stat_digest
         for sweep in tree_sweeps:
             if only is not None and sweep.path not in only:
                 continue
             report.sweeps_seen += 1
             now = _stat_files(sweep)
+            digest = _stat_digest(now)
             sweep_ref = known.get((sweep.config_key, sweep.sweep_id))
-            before = stored.get(sweep_ref, {}) if sweep_ref is not None else {}
-            if sweep_ref is not None and now == before:
+            if sweep_ref is not None and digests.get(sweep_ref) == digest:
+                continue
+            before = _stored_files(engine, sweep_ref) if sweep_ref is not None else {}
+            if sweep_ref is not None and now == before:  # the same files, no digest recorded yet
+                with engine.begin() as conn:
+                    conn.execute(sa.update(sweeps).where(sweeps.c.id == sweep_ref).values(stat_digest=digest))
                 continue
             try:
-                _ingest_sweep(engine, root, sweep, sweep_ref, now, before, report)
+                _ingest_sweep(engine, root, sweep, sweep_ref, now, before, digest, report)
             except sa.exc.IntegrityError:
                 # another ingest wrote this sweep meanwhile (its transaction rolled ours back): read what it wrote
                 sweep_ref, before = _stored_sweep(engine, root, sweep)
                 if sweep_ref is None or now != before:
-                    _ingest_sweep(engine, root, sweep, sweep_ref, now, before, report)
+                    _ingest_sweep(engine, root, sweep, sweep_ref, now, before, digest, report)
         # a sweep directory gone from the tree leaves the index with it
         present = {(s.config_key, s.sweep_id) for s in tree_sweeps}
         gone = [ref for name, ref in known.items() if name not in present]
@@ -288,6 +287,17 @@ def ingest(engine: Engine, roots: Iterable[Path], only: set[Path] | None = None)
     return report
 
 
+def _stat_digest(stats: dict[str, tuple[int, int]]) -> str:
+    return hashlib.sha256(repr(sorted(stats.items())).encode()).hexdigest()
+
+
+def _stored_files(engine: Engine, ref: int) -> dict[str, tuple[int, int]]:
+    """One sweep's files' (mtime, size) as the index holds them."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(files.c.path, files.c.mtime_ns, files.c.size).where(files.c.sweep == ref))
+        return {r.path: (r.mtime_ns, r.size) for r in rows}
+
+
 def _stored_sweep(engine: Engine, root: Path, sweep: SweepDir) -> tuple[int | None, dict[str, tuple[int, int]]]:
     """The index's id of one sweep and its files' (mtime, size), as committed now."""
     with engine.connect() as conn:
@@ -296,10 +306,7 @@ def _stored_sweep(engine: Engine, root: Path, sweep: SweepDir) -> tuple[int | No
                 sweeps.c.root == str(root), sweeps.c.config_key == sweep.config_key, sweeps.c.sweep_id == sweep.sweep_id
             )
         ).scalar()
-        if ref is None:
-            return None, {}
-        rows = conn.execute(sa.select(files.c.path, files.c.mtime_ns, files.c.size).where(files.c.sweep == ref))
-        return ref, {r.path: (r.mtime_ns, r.size) for r in rows}
+    return (None, {}) if ref is None else (ref, _stored_files(engine, ref))
 
 
 def _delete_sweeps(conn: Connection, refs: list[int]) -> None:
@@ -332,6 +339,7 @@ def _ingest_sweep(
     sweep_ref: int | None,
     now: dict[str, tuple[int, int]],
     before: dict[str, tuple[int, int]],
+    digest: str,
     report: Ingested,
 ) -> None:
     changed = [p for p, st in now.items() if before.get(p) != st]
@@ -344,12 +352,14 @@ def _ingest_sweep(
             sweep_ref = conn.execute(
                 sa.insert(sweeps).values(
                     root=str(root), config_key=sweep.config_key, sweep_id=sweep.sweep_id, cluster=cluster,
-                    ran_at=created_at, ingested_at=time.time(),
+                    ran_at=created_at, ingested_at=time.time(), stat_digest=digest,
                 ).returning(sweeps.c.id)
             ).scalar_one()  # fmt: skip
         else:
             conn.execute(
-                sa.update(sweeps).where(sweeps.c.id == sweep_ref).values(cluster=cluster, ingested_at=time.time())
+                sa.update(sweeps)
+                .where(sweeps.c.id == sweep_ref)
+                .values(cluster=cluster, ingested_at=time.time(), stat_digest=digest)
             )
         stale = [*changed, *gone]
         if stale:
