@@ -153,6 +153,10 @@ def replay_of(engine: Engine, key: str) -> tuple[str, list[str], bytes] | None:
 
 def keep_replay(engine: Engine, key: str, state_: str, summaries: list[str], output: bytes) -> None:
     """Record what `collect --index` printed under these options in this state (replacing the last one)."""
-    with engine.begin() as conn:
-        conn.execute(sa.delete(replays).where(replays.c.key == key))
-        conn.execute(sa.insert(replays).values(key=key, state=state_, summaries=json.dumps(summaries), output=output))
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.delete(replays).where(replays.c.key == key))
+            values = {"key": key, "state": state_, "summaries": json.dumps(summaries), "output": output}
+            conn.execute(sa.insert(replays).values(**values))
+    except sa.exc.IntegrityError:
+        pass  # a concurrent call recorded the same options meanwhile: its record serves as well
