@@ -16,6 +16,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 STDOUT, STDERR = 1, 2
@@ -57,12 +58,23 @@ def recording(chunks: list[tuple[int, str]], *, silent: bool = False) -> Iterato
         sys.stdout, sys.stderr = out, err
 
 
+def _code() -> list[tuple[str, int, int]]:
+    """The code that computes and prints collect's text (a checkout edited without a new version prints anew)."""
+    package = Path(__file__).resolve().parents[1]
+    found = [*package.glob("collect/*.py"), *package.glob("history/*.py"), package / "commands" / "collect.py"]
+    out = []
+    for path in sorted(found):
+        st = path.stat()
+        out.append((path.name, st.st_mtime_ns, st.st_size))
+    return out
+
+
 def key(options: list[object]) -> str:
-    """The options and what of the terminal and environment the printed text depends on."""
+    """The options, the code, and what of the terminal and environment the printed text depends on."""
     tty = (sys.stdout.isatty(), sys.stderr.isatty())
     size = tuple(shutil.get_terminal_size()) if any(tty) else None
     env = [os.environ.get(name) for name in _ENV]
-    text = json.dumps([[str(o) for o in options], tty, size, env, os.getcwd()])
+    text = json.dumps([[str(o) for o in options], _code(), tty, size, env, os.getcwd()])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
