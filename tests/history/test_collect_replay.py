@@ -1,6 +1,6 @@
 """`slurmx collect --index` once indexed with nothing changed prints what it recorded (history/replay.py): the same
 bytes as collect from the files, for the table, --json and one key; a changed result, a removed summary or other
-options compute again."""
+options compute again; the record lives in PostgreSQL as in SQLite."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import zlib
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
+from slurmx.history import index
 from slurmx.store.tree import SweepDir
 from tests.history.test_collect_index import KEY, _collect, _tree
 
@@ -75,3 +77,24 @@ def test_a_change_or_other_options_compute_again(tmp_path: Path, capsys: pytest.
     assert out != "replayed\n" and "wrote 3 file(s)" in err
     data = json.loads(_collect(capsys, root, "--no-report", "--index", "--json")[1])
     assert 1234.5 in [r["tput_per_gpu"] for s in data["sweeps"] for r in s["rows"]]
+
+
+def test_the_record_lives_in_postgresql_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], postgres_url: str
+) -> None:
+    root = tmp_path / "results"
+    _tree(root)
+    _collect(capsys, root, "--no-report", "--db", postgres_url)  # writes every sweep's files
+    replayed = _collect(capsys, root, "--no-report", "--db", postgres_url)
+    engine = index.open_index(index.url_of(postgres_url, root))
+    try:
+        with engine.begin() as conn:
+            assert conn.execute(sa.delete(index.replays)).rowcount == 1
+        computed = _collect(capsys, root, "--no-report", "--db", postgres_url)
+        assert computed == replayed and computed[2].splitlines()[-1].strip() == "wrote 0 file(s):"
+        with engine.begin() as conn:
+            blob = zlib.compress(json.dumps([[1, "replayed\n"]]).encode())
+            assert conn.execute(sa.update(index.replays).values(output=blob)).rowcount == 1
+    finally:
+        engine.dispose()
+    assert _collect(capsys, root, "--no-report", "--db", postgres_url) == (0, "replayed\n", "")
