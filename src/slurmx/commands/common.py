@@ -8,6 +8,8 @@ from pathlib import Path
 
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs, load_inputs
+from slurmx.results import certify
+from slurmx.store.ledger import UntilCertified
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +30,49 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         help="an InferenceX checkout: its configs/*-master.yaml (unless --config) and configs/runners.yaml's "
         "hardware figures, over the cluster profiles' slurm/runtime sections",
     )
+
+
+def add_until_options(parser: argparse.ArgumentParser) -> None:
+    """`--until-certified` and its budget and floor (docs/certification.md)."""
+    parser.add_argument(
+        "--until-certified",
+        metavar="P[,P...]",
+        help="replay each point in cold rounds until these percentiles (p50, p75, p90, p95, p99) of TTFT, "
+        "latency and interactivity are certified, or --max-point-minutes runs out",
+    )
+    parser.add_argument(
+        "--max-point-minutes", type=float, metavar="M", help="with --until-certified: each point's budget"
+    )
+    parser.add_argument(
+        "--min-duration",
+        type=float,
+        metavar="S",
+        help="with --until-certified: replay each point at least S seconds (MLPerf's floor is 600)",
+    )
+
+
+def until_of(args: argparse.Namespace) -> UntilCertified | None:
+    """The parsed `--until-certified` options, checked (one-line errors); None without the flag."""
+    budget, floor = args.max_point_minutes, args.min_duration
+    if args.until_certified is None:
+        given = [
+            name for name, value in (("--max-point-minutes", budget), ("--min-duration", floor)) if value is not None
+        ]
+        if given:
+            raise UserError(f"{given[0]}: only with --until-certified")
+        return None
+    try:
+        percentiles = certify.parse_percentiles(args.until_certified)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if budget is None:
+        raise UserError("--until-certified: needs --max-point-minutes M, each point's budget")
+    if not budget > 0:
+        raise UserError(f"--max-point-minutes {budget:g}: must be more than 0")
+    floor = floor or 0.0
+    if floor < 0 or floor > budget * 60:
+        raise UserError(f"--min-duration {floor:g}: must be between 0 and the budget ({budget * 60:g} s)")
+    return UntilCertified(percentiles=percentiles, max_point_minutes=budget, min_duration_s=floor)
 
 
 def load_points(args: argparse.Namespace, keys: list[str], all_keys: bool = False) -> Inputs:

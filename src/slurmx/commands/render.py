@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from slurmx.commands.common import add_config_options, load_points, report_key_errors
+from slurmx.commands.common import add_config_options, add_until_options, load_points, report_key_errors, until_of
 from slurmx.errors import UserError
 from slurmx.submit.render import render_key
 
@@ -23,11 +23,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--results", type=Path, metavar="DIR", default=Path("results"), help="results root named in the sbatch script"
     )
+    add_until_options(parser)
     add_config_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    until = until_of(args)
     inputs = load_points(args, args.keys)
     keys = inputs.config_keys()
     if args.point is not None:
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     refused: list[UserError] = []
     for key in keys:
         try:
-            text = render_key(key, inputs, args.results, args.point)
+            text = render_key(key, inputs, args.results, args.point, until)
         except UserError as error:  # this key's own problem (a recipe, a profile): the other keys render
             refused.append(error)
             continue

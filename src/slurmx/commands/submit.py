@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from slurmx import paths
-from slurmx.commands.common import add_config_options, load_points, report_key_errors
+from slurmx.commands.common import add_config_options, add_until_options, load_points, report_key_errors, until_of
 from slurmx.errors import UserError
 from slurmx.slurm.sbatch import array_id
 from slurmx.store.tree import ResultsTree
@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "collect reports means and 95%% intervals",
     )
     parser.add_argument("--json", action="store_true", help="print what was submitted and skipped as JSON")
+    add_until_options(parser)
     add_config_options(parser)
     parser.set_defaults(func=run)
 
@@ -51,6 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise UserError(f"--repeats {args.repeats}: must be 1 or more")
+    until = until_of(args)
     inputs = load_points(args, args.keys)
     tree = ResultsTree(args.results or paths.default_results())
     mode = Mode(force=args.force, only_failed=args.only_failed)
@@ -60,7 +62,14 @@ def run(args: argparse.Namespace) -> int:
         try:  # a key's own problem (what slurmx cannot run, a recipe, a profile, the cluster) blocks only that key
             reports.append(
                 submit_key(
-                    key, inputs, tree, mode, dry_run=args.dry_run, max_parallel=args.max_parallel, repeats=args.repeats
+                    key,
+                    inputs,
+                    tree,
+                    mode,
+                    dry_run=args.dry_run,
+                    max_parallel=args.max_parallel,
+                    repeats=args.repeats,
+                    until=until,
                 )
             )
         except UserError as error:
@@ -72,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         console = Console(width=None if sys.stdout.isatty() else 160)
         for report in reports:
             _print_report(console, report, args.dry_run)
+            if until is not None and report.decisions:
+                console.print(f"each point replayed {until.summary()}", markup=False, highlight=False)
     return report_key_errors(inputs, refused)
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from slurmx.node import lock as run_lock
 from slurmx.node import loopback, numa, provision, telemetry
@@ -40,10 +40,13 @@ from slurmx.node.trace import synthetic_trace, working_set_tokens, write_trace
 from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
 from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunFacts, RunMeta, build_result, write_result
+from slurmx.results.certify import StopReason, stop_reason
 from slurmx.results.evidence import ArmInputs, log_failures
+from slurmx.results.requests import certification, certified_by_percentile
+from slurmx.results.rounds import read_artifacts
 from slurmx.results.schema import Result
 from slurmx.runtimes import Runtime
-from slurmx.store.ledger import PointRecord
+from slurmx.store.ledger import PointRecord, UntilCertified
 from slurmx.store.lockfile import NodeLock, ProvisionStep
 from slurmx.store.tree import COMMANDS, LOGS, TEARDOWN_REPLAY_JSON, PointDir
 
@@ -68,6 +71,7 @@ class Member:
     recorder: StageRecorder
     replay: Process | None = None  # the replay that ran (for the lock)
     working_set_tokens: int | None = None
+    stopped_by: Literal["certified", "budget"] | None = None  # what ended a point replayed until certified
 
     @property
     def spec(self) -> ServingSpec:
@@ -259,29 +263,88 @@ def _peer_cause(peers: Rendezvous) -> str | None:
     return None
 
 
-def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWindow:
+@dataclass(frozen=True)
+class _Opened:
+    """A point's replay as it began: when, and the engine's and the tier's /metrics right before it."""
+
+    started: float
+    before: str | None
+    tier_before: list[str | None]
+
+
+def run_replay(member: Member, servers: Servers, runtime: Runtime, supervisor: Supervisor) -> ReplayWindow:
+    """The point's replay into aiperf/, or (`--until-certified`) its rounds into aiperf/round-<k>/."""
+    trace, turns = _prepare_trace(member)
+    opened = _open(member, servers)
+    until = member.record.until_certified
+    if until is None:
+        return _replay_once(member, servers, runtime, member.point.aiperf, (trace, turns), opened)
+    max_s, k, round_s = until.max_point_minutes * 60.0, 0, 0.0
+    while True:
+        k += 1
+        if k > 1:  # each round a full cold replay: caches reset as between points
+            check_servers(servers, supervisor, "before this round")
+            reset_caches(servers)
+        began = time.time()
+        window = _replay_once(member, servers, runtime, member.point.aiperf_round(k), (trace, turns), opened)
+        round_s = max(round_s, time.time() - began)
+        elapsed = time.time() - opened.started
+        try:
+            records = read_artifacts(member.point.aiperf, member.spec.implementation.engine.metrics).records
+        except ArtifactError as exc:
+            raise PointFailed(f"replay artifacts unusable: {exc}") from exc
+        reason = rounds_stop(certified_by_percentile(certification(records)), until, elapsed, round_s, max_s)
+        if reason != "continue":
+            member.stopped_by = reason
+            return window
+
+
+def rounds_stop(
+    certified: dict[str, bool], until: UntilCertified, elapsed_s: float, round_s: float, max_s: float
+) -> StopReason:
+    """certify.stop_reason, and a budget stop when one more round (as long as the longest so far) would overrun
+    it: the job's time limit was checked against the budget, not against the budget plus a round."""
+    reason = stop_reason(certified, until.percentiles, elapsed_s, max_s=max_s, min_duration_s=until.min_duration_s)
+    return "budget" if reason == "continue" and elapsed_s + round_s > max_s else reason
+
+
+def _prepare_trace(member: Member) -> tuple[Path | None, int]:
+    """The synthetic trace the replay reads (every round replays the same one) and its working set."""
     spec = member.spec
-    artifacts = member.point.aiperf
-    artifacts.mkdir(parents=True, exist_ok=True)
-    trace, turns = None, 0
-    rows: list[dict[str, Any]] = []
-    if spec.replay.kind == "synthetic":
-        rows = synthetic_trace(spec.replay, spec.conc)
-        trace, turns = member.point.trace_jsonl, len(rows)
-        write_trace(trace, rows)
-    working_set = (
-        working_set_tokens(rows, spec.conc, spec.replay.shared_prefix_tokens, spec.replay.output_tokens)
-        if spec.replay.kind == "synthetic"
-        else None
+    if spec.replay.kind != "synthetic":
+        return None, 0
+    rows = synthetic_trace(spec.replay, spec.conc)
+    write_trace(member.point.trace_jsonl, rows)
+    member.working_set_tokens = working_set_tokens(
+        rows, spec.conc, spec.replay.shared_prefix_tokens, spec.replay.output_tokens
     )
-    process = replay_process(spec, servers.ports, runtime, artifacts, trace, turns)
-    member.replay = process
-    member.working_set_tokens = working_set
+    return member.point.trace_jsonl, len(rows)
+
+
+def _open(member: Member, servers: Servers) -> _Opened:
+    spec = member.spec
     metrics_url = servers.engine_direct_url + spec.implementation.engine.metrics_path
     tier_urls = spec.implementation.backend.metrics_urls(spec.backend, servers.ports)
     before = loopback.get_text(metrics_url)
-    tier_before = [loopback.get_text(url) for url in tier_urls]
-    started = time.time()
+    return _Opened(time.time(), before, [loopback.get_text(url) for url in tier_urls])
+
+
+def _replay_once(
+    member: Member,
+    servers: Servers,
+    runtime: Runtime,
+    artifacts: Path,
+    trace: tuple[Path | None, int],
+    opened: _Opened,
+) -> ReplayWindow:
+    """One aiperf run into `artifacts`; its window spans from the point's first replay (`opened`) to this one's end."""
+    spec = member.spec
+    artifacts.mkdir(parents=True, exist_ok=True)
+    process = replay_process(spec, servers.ports, runtime, artifacts, *trace)
+    member.replay = process
+    metrics_url = servers.engine_direct_url + spec.implementation.engine.metrics_path
+    tier_urls = spec.implementation.backend.metrics_urls(spec.backend, servers.ports)
+    started, before = opened.started, opened.before
     try:
         with Supervisor(
             member.point.path,
@@ -320,7 +383,7 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime) -> ReplayWind
         keep_partial(member, servers, ReplayWindow(started, ended, before), str(exc))
         raise
     after = loopback.get_text(metrics_url)
-    tier = tuple(zip(tier_before, [loopback.get_text(url) for url in tier_urls], strict=True))
+    tier = tuple(zip(opened.tier_before, [loopback.get_text(url) for url in tier_urls], strict=True))
     if code != 0:
         tail = (managed.log_tail(3).strip().splitlines() or ["no output"])[-1]
         raise PointFailed(f"aiperf exited with code {code}: {tail}")
@@ -372,6 +435,7 @@ def _build(
         repeats=member.record.repeats,
         repeat_mode=member.record.repeat_mode,
         partial_reason=partial,
+        stopped_by=member.stopped_by,
     )
     return build_result(
         member.record.point,
@@ -437,7 +501,7 @@ def run_group(
                 check_servers(servers, supervisor, "before this point")
                 reset_caches(servers)
             member.recorder.stage("replay")
-            window = run_replay(member, servers, runtime)
+            window = run_replay(member, servers, runtime, supervisor)
             aggregate(member, window, servers)
             member.recorder.stage("done")
             outcomes[member.point.member_id] = "done"

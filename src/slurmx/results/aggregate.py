@@ -37,10 +37,12 @@ from slurmx.results.requests import PROFILE_JSONL as PROFILE_JSONL
 from slurmx.results.requests import SERVER_METRICS_JSON as SERVER_METRICS_JSON
 from slurmx.results.requests import ArtifactError as ArtifactError
 from slurmx.results.requests import _error_category as _error_category
-from slurmx.results.requests import _load_json, aiperf_counts, certification, compute_request_metrics
+from slurmx.results.requests import _load_json as _load_json
 from slurmx.results.requests import _qps as _qps
 from slurmx.results.requests import _theoretical_hit_rate as _theoretical_hit_rate
+from slurmx.results.requests import certification, compute_request_metrics
 from slurmx.results.requests import load_records as load_records
+from slurmx.results.rounds import read_artifacts
 from slurmx.results.schema import (
     DEFAULT_ERROR_THRESHOLD,
     ComponentMeta,
@@ -53,7 +55,6 @@ from slurmx.results.schema import (
 from slurmx.results.server_metrics import (
     _warnings,
     export_sources,
-    metrics_export,
     server_metrics_from,
     tier_counters,
 )
@@ -90,6 +91,7 @@ class RunFacts:
     repeats: int = 1
     repeat_mode: Literal["separate-tasks", "shared-server"] | None = None
     partial_reason: str | None = None  # the replay ended early (time limit, cancel, a crashed server): why
+    stopped_by: Literal["certified", "budget"] | None = None  # what ended a point replayed until certified
 
     @classmethod
     def of(cls, meta: SlurmxMeta) -> RunFacts:
@@ -136,9 +138,10 @@ def build_result(
     window = window or ReplayWindow()
     engine = engine_of(point)
     artifact_dir = Path(artifact_dir)
-    records, accounting = load_records(artifact_dir / PROFILE_JSONL)
-    profile = _load_json(artifact_dir / PROFILE_JSON)
-    server_export = _load_json(artifact_dir / SERVER_METRICS_JSON)
+    # aiperf/ itself, or the pooled rounds of a point replayed until certified (results/rounds.py)
+    artifacts = read_artifacts(artifact_dir, engine.metrics)
+    records, accounting, profile = artifacts.records, artifacts.accounting, artifacts.profile
+    server_export = artifacts.server_export
 
     gpus = _multinode_gpus(point) if point.multinode else point.gpus
     request_metrics = compute_request_metrics(records, profile)
@@ -160,8 +163,9 @@ def build_result(
     meta.requests_by_rank = requests_by_rank(counters, names)
     meta.certification = certification(records, policy)  # the same records the percentiles come from
     # what InferenceX's gate and its required-metrics check read, so any later judge can apply them
-    meta.aiperf_counts = aiperf_counts(artifact_dir / PROFILE_JSON)
-    meta.metrics_export = metrics_export(artifact_dir, names)
+    meta.aiperf_counts = artifacts.counts
+    meta.metrics_export = artifacts.export
+    meta.rounds = artifacts.rounds
     tier = tier_counters(server_export, window.tier_metrics, names.rank_label)
     meta.evidence = build_evidence(
         point.backend_name, server_metrics, tier.delta, tier.gauge_max, arm or ArmInputs(), engine

@@ -244,6 +244,13 @@ def certification(records: list[dict[str, Any]], policy: certify.Policy | None =
     return Certification(method=policy.method, confidence=policy.confidence, rel_width=width, metrics=metrics)
 
 
+def certified_by_percentile(cert: Certification) -> dict[str, bool]:
+    """Each certified percentile's name ("p90") -> whether it is certified for every headline metric (what
+    `--until-certified` waits for: certify.stop_reason)."""
+    names = {name for per_metric in cert.metrics.values() for name in per_metric}
+    return {name: all(m[name].certified for m in cert.metrics.values() if name in m) for name in sorted(names)}
+
+
 def compute_request_metrics(records: list[dict[str, Any]], profile: dict[str, Any]) -> RequestMetrics:
     ttft = _seconds(records, "time_to_first_token")
     e2el = _seconds(records, "request_latency")

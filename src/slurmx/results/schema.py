@@ -376,6 +376,10 @@ class SlurmxMeta(_Strict):
     repeat_mode: Literal["separate-tasks", "shared-server"] | None = None  # how the repeats ran
     failed_request_threshold: float = DEFAULT_ERROR_THRESHOLD  # the error rate the node gated with (the recipe's)
     certification: Certification | None = None  # None: written before slurmx certified percentiles
+    # a point replayed until certified (`submit --until-certified`): its rounds, and what ended them; both left
+    # out of result.json for a point replayed once (Result.dump)
+    rounds: int | None = None
+    stopped_by: Literal["certified", "budget"] | None = None
 
 
 class Result(_Strict):
@@ -483,6 +487,9 @@ class Result(_Strict):
         for key in _OMIT_WHEN_NONE:
             if data.get(key) is None:
                 data.pop(key, None)
+        for key in _SLURMX_OMIT_WHEN_NONE:
+            if isinstance(data.get("slurmx"), dict) and data["slurmx"].get(key) is None:
+                data["slurmx"].pop(key, None)
         return data
 
     def inferencex(self) -> dict[str, Any]:
@@ -518,6 +525,8 @@ POWER_FIELDS = (
     "joules_per_output_token",
     "joules_per_total_token",
 )
+# The slurmx block's keys of a point replayed until certified, absent from any other point's result.json
+_SLURMX_OMIT_WHEN_NONE = ("rounds", "stopped_by")
 # Keys InferenceX writes only when they apply; all others are always present (possibly null).
 _OMIT_WHEN_NONE = (
     "router",

@@ -58,6 +58,25 @@ class Sweep(BaseModel):
     submissions: list[Submission] = Field(default_factory=list)
 
 
+class UntilCertified(BaseModel):
+    """`submit --until-certified`: replay the point in rounds until the named percentiles of the headline metrics
+    are certified (results/certify.py: stop_reason), within a budget and after a minimum duration."""
+
+    model_config = ConfigDict(frozen=True)
+
+    percentiles: tuple[str, ...]  # ("p90", ...), as certify.parse_percentiles reads them
+    max_point_minutes: float
+    min_duration_s: float = 0.0
+
+    def summary(self) -> str:
+        """What `render` and `submit --dry-run` say of it."""
+        floor = f", at least {self.min_duration_s:g} s" if self.min_duration_s else ""
+        return (
+            f"until {','.join(self.percentiles)} certified: cold rounds aiperf/round-<k>/, "
+            f"budget {self.max_point_minutes:g} min{floor}"
+        )
+
+
 class PointRecord(BaseModel):
     """point.json: the point typed end to end, frozen at submit time. Its names (parallelism, backend, GPUs)
     are the point's own properties; the `labels` block older files carry is ignored on read."""
@@ -71,6 +90,8 @@ class PointRecord(BaseModel):
     serving: ServingSpec | None = None  # None for a runtime that serves nothing (kind command)
     repeats: int = 1  # how many times the point runs (`submit --repeats`)
     repeat_mode: RepeatMode = "separate-tasks"
+    # None: replayed once; left out of point.json then, so a point without the flag writes the file it always did
+    until_certified: UntilCertified | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @property
     def point_id(self) -> str:

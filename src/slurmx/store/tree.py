@@ -30,6 +30,7 @@ TEARDOWN_REPLAY_JSON = "teardown-replay.json"
 COMMANDS = "commands"
 LOGS = "logs"
 AIPERF = "aiperf"
+ROUND = "round-{k}"  # under aiperf/: one full cold replay of a point run until certified (`--until-certified`)
 TELEMETRY = "telemetry"
 NODES = "nodes"
 ATTEMPTS = "attempts"
@@ -107,6 +108,10 @@ class PointDir:
     @property
     def aiperf(self) -> Path:
         return self.path / AIPERF
+
+    def aiperf_round(self, k: int) -> Path:
+        """Round k's artifacts (1 first) of a point replayed in rounds until certified."""
+        return self.aiperf / ROUND.format(k=k)
 
     @property
     def lock_json(self) -> Path:
@@ -215,3 +220,10 @@ class ResultsTree:
             for sweep in sorted(key_dir.iterdir()):
                 if (sweep / SWEEP_JSON).exists():
                     yield SweepDir(sweep)
+
+
+def round_dirs(aiperf: Path) -> list[Path]:
+    """A point's aiperf/round-<k>/ directories in round order; empty for a point replayed once (aiperf/ itself)."""
+    prefix = ROUND.format(k="")
+    found = [(int(d.name[len(prefix) :]), d) for d in aiperf.glob(f"{prefix}*") if d.name[len(prefix) :].isdigit()]
+    return [d for _, d in sorted(found)]

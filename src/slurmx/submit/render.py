@@ -20,11 +20,12 @@ from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes import runtime_for
 from slurmx.slurm.sbatch import render_sbatch
-from slurmx.store.tree import ResultsTree
+from slurmx.store.ledger import UntilCertified
+from slurmx.store.tree import PointDir, ResultsTree
 from slurmx.submit import disagg
 from slurmx.submit.arrays import array_plans
 from slurmx.submit.resolved import Resolved, check_submittable, is_disaggregated, point_request, resolve_runnable
-from slurmx.submit.stage import sweep_dir
+from slurmx.submit.stage import check_budget, sweep_dir
 
 # InferenceX's fixed ports (PORT 8888, the engine behind a router on PORT+1, the router's metrics on
 # PORT+10000, Mooncake's master on PORT+12000), so rendered commands read like the scripts they replace;
@@ -67,8 +68,9 @@ def review_ports(spec: ServingSpec) -> ServerPorts:
     return ServerPorts(engine=8888, engine_behind_router=8889, router_metrics=18888, rendezvous=10888, named=named)
 
 
-def point_processes(item: Resolved) -> list[Process]:
-    """Every process a serving point starts, in order, at the review ports: what `render` prints."""
+def point_processes(item: Resolved, until: UntilCertified | None = None) -> list[Process]:
+    """Every process a serving point starts, in order, at the review ports: what `render` prints (`until`: its
+    replay as the first of its rounds)."""
     spec, runtime = item.serving, item.runtime
     assert spec is not None, "a command point starts no serving processes"
     ports = review_ports(spec)
@@ -90,20 +92,26 @@ def point_processes(item: Resolved) -> list[Process]:
                 server = replace(server, name=f"node {part.index} of {spec.nodes}: {process.name}")
             servers.append(server)
     trace = POINT_DIR / "trace.jsonl" if spec.replay.kind == "synthetic" else None
-    return [*servers, replay_process(spec, ports, runtime, POINT_DIR / "aiperf", trace, 0)]
+    artifacts = POINT_DIR / "aiperf" if until is None else PointDir(POINT_DIR).aiperf_round(1)
+    return [*servers, replay_process(spec, ports, runtime, artifacts, trace, 0)]
 
 
-def render_point(item: Resolved) -> str:
+def render_point(item: Resolved, until: UntilCertified | None = None) -> str:
     point, spec = item.point, item.serving
     header = _header(point)
+    if until is not None and spec is not None:
+        header += f"\n# replayed {until.summary()}; the replay below is round 1's"
     if spec is None:
         return f"{header}\n# runtime kind command: {shlex.join(item.profile.runtime.command or []) if item.profile.runtime else ''}\n"
     steps = provision.plan(spec, item.runtime)
     provisioning = list({s.process.name: s.process for s in steps}.values())  # one process may check several
-    return "\n\n".join([header, *(_process_text(p) for p in [*provisioning, *point_processes(item)])]) + "\n"
+    processes = [*provisioning, *point_processes(item, until)]
+    return "\n\n".join([header, *(_process_text(p) for p in processes)]) + "\n"
 
 
-def render_key(key: str, inputs: Inputs, results: Path, only: str | None = None) -> str:
+def render_key(
+    key: str, inputs: Inputs, results: Path, only: str | None = None, until: UntilCertified | None = None
+) -> str:
     points = [p for p in inputs.key_points(key) if only is None or p.point_id.startswith(only)]
     if not points:
         raise UserError(f"no point {only!r} in {key}")
@@ -115,12 +123,14 @@ def render_key(key: str, inputs: Inputs, results: Path, only: str | None = None)
     if resolved:
         sweep = sweep_dir(ResultsTree(results), key, inputs)
         plans = array_plans(resolved, sweep.submitit)
+        if until is not None:
+            check_budget(plans, until)
         title = "# sbatch script" if len(plans) == 1 else "# sbatch script {n} of {total}: {request}"
         parts += [
             title.format(n=n, total=len(plans), request=plan.request.summary()) + "\n" + render_sbatch(plan)
             for n, plan in enumerate(plans, 1)
         ]
-    parts += [render_point(item) for item in resolved]
+    parts += [render_point(item, until) for item in resolved]
     parts += [render_refused(point, why) for point, why in refused]
     parts += [render_disaggregated(point, inputs) for point in disaggregated]
     return "\n".join(parts)

@@ -19,7 +19,7 @@ from slurmx.slurm.request import SlurmRequest, slurm_request
 from slurmx.submit.disagg import WHY_NOT_SUBMITTED
 
 if TYPE_CHECKING:
-    from slurmx.store.ledger import PointRecord, RepeatMode
+    from slurmx.store.ledger import PointRecord, RepeatMode, UntilCertified
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Resolved:
             "shared-server" if self.profile.slurm is not None and self.profile.slurm.share_server else "separate-tasks"
         )
 
-    def record(self, sweep_id: str, repeats: int = 1) -> PointRecord:
+    def record(self, sweep_id: str, repeats: int = 1, until: UntilCertified | None = None) -> PointRecord:
         from slurmx.store.ledger import PointRecord  # the ledger's models load for submit only: plan writes none
 
         return PointRecord(
@@ -48,6 +48,7 @@ class Resolved:
             serving=self.serving,
             repeats=repeats,
             repeat_mode=self.repeat_mode,
+            until_certified=until,
         )
 
 

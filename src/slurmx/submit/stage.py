@@ -37,6 +37,7 @@ class KeyReport:
     sweep_path: str
     decisions: list[Decision] = field(default_factory=list)
     arrays: list[ArrayReport] = field(default_factory=list)
+    until: ledger.UntilCertified | None = None  # `--until-certified`, when given
 
     @property
     def job_ids(self) -> list[str]:
@@ -47,7 +48,8 @@ class KeyReport:
         return sum(1 for a in self.arrays if a.job_ids)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        until = {"until-certified": self.until.model_dump(mode="json")} if self.until is not None else {}
+        return until | {
             "config-key": self.config_key,
             "sweep-id": self.sweep_id,
             "sweep-path": self.sweep_path,
@@ -111,6 +113,22 @@ def check_kill_wait(resolved: list[Resolved], inputs: Inputs, kill_wait_s: int |
         )
 
 
+def check_budget(plans: list[ArrayPlan], until: ledger.UntilCertified) -> None:
+    """Every task's points, each replayed for up to its budget, fit the job's time limit (less the warning Slurm
+    sends before it): a budget the job cannot honour is refused before anything is written."""
+    for plan in plans:
+        request = plan.request
+        points = max(len(group) for group in plan.groups)
+        usable = request.time_limit_min - plan.signal_delay_s / 60.0
+        if points * until.max_point_minutes > usable:
+            shared = f"{points} points back to back in one task: " if points > 1 else ""
+            raise UserError(
+                f"--max-point-minutes {until.max_point_minutes:g}: {shared}{points * until.max_point_minutes:g} min "
+                f"do not fit the job's time limit of {request.time_limit_min} min less its {plan.signal_delay_s} s "
+                f"warning (the cluster profile's slurm.time-limit-min, or the recipe's time-limit-min)"
+            )
+
+
 def submit_key(
     key: str,
     inputs: Inputs,
@@ -120,13 +138,15 @@ def submit_key(
     dry_run: bool = False,
     max_parallel: int | None = None,
     repeats: int = 1,
+    until: ledger.UntilCertified | None = None,
 ) -> KeyReport:
+    """`until`: replay each point in rounds until certified (`--until-certified`), within its budget."""
     if repeats < 1:
         raise UserError(f"--repeats {repeats}: must be 1 or more")
     points = inputs.key_points(key)
     resolved = resolve_points(points, inputs)
     sweep = sweep_dir(tree, key, inputs)
-    report = KeyReport(key, sweep.sweep_id, str(sweep.path))
+    report = KeyReport(key, sweep.sweep_id, str(sweep.path), until=until)
     # a dry run only reads the tree: it takes no lock, so it writes nothing (not even the lock file)
     with nullcontext() if dry_run else locked(tree.key_lock(key)):
         report.decisions = decide(resolved, tree, sweep, mode, repeats)
@@ -136,6 +156,8 @@ def submit_key(
                 runs.setdefault(d.item.point.point_id, []).append(d.repeat)
         chosen = [r for r in resolved if r.point.point_id in runs]
         plans = array_plans(chosen, sweep.submitit, max_parallel, runs)
+        if until is not None:
+            check_budget(plans, until)
         if dry_run:
             report.arrays = [
                 ArrayReport(p.request.summary(), len(p.groups), sbatch_script=render_sbatch(p)) for p in plans
@@ -152,7 +174,7 @@ def submit_key(
             # a later submit without --repeats keeps the count an earlier one asked for (status shows it)
             planned = max(repeats, ledger.read_point(point_dir).repeats if point_dir.point_json.exists() else 1)
             for repeat in runs[item.point.point_id]:
-                ledger.queue_point(point_dir.repeat_dir(repeat), item.record(sweep.sweep_id, planned))
+                ledger.queue_point(point_dir.repeat_dir(repeat), item.record(sweep.sweep_id, planned, until))
         for plan in plans:
             report.arrays.append(_submit_one(plan, sweep, record))
     return report
