@@ -175,3 +175,34 @@ def test_a_rebuild_certifies_by_the_rule_the_result_recorded(tmp_path: Path) -> 
     assert (cert.method, cert.confidence, cert.rel_width) == ("loadgen", 0.99, None)
     # LoadGen's p90 floor is 64 queries; the sample's 12 fall short
     assert cert.metrics["ttft"]["p90"].need == 64 and not cert.metrics["ttft"]["p90"].certified
+
+
+def test_a_point_replayed_in_rounds_rebuilds_from_every_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--until-certified` kept aiperf/round-<k>/: the rebuild pools them again and keeps what ended the rounds
+    (the node's decision, which no artifact holds)."""
+    root = tmp_path / "results"
+    sweep = _sweep(root)
+    point = sorted(sweep.points(), key=lambda p: p.point_id)[0]
+    second = SAMPLE.parent / "tier-overflow" / "none"
+    point.aiperf_round(1).mkdir()
+    for name in ARTIFACTS:
+        (point.aiperf / name).rename(point.aiperf_round(1) / name)
+    shutil.copytree(second, point.aiperf_round(2), ignore=shutil.ignore_patterns("*.txt", "*.log", "trace.jsonl"))
+    stub = _stub(point.point_id, sweep.sweep_id)
+    stub["slurmx"] = {**stub["slurmx"], "stopped_by": "certified"}  # type: ignore[dict-item]
+    write_result(point.result_json, Result.model_validate_json(json.dumps(stub)))
+    outcome = _rebuild(capsys, root, point.point_id)[point.point_id]
+    assert outcome["status"] == "changed"
+    data = json.loads(point.result_json.read_text())
+    records = [
+        json.loads(line)
+        for source in (SAMPLE, second)
+        for line in (source / "profile_export.jsonl").read_text().splitlines()
+    ]
+    profiled = [r for r in records if r["metadata"]["benchmark_phase"] == "profiling" and not r.get("error")]
+    assert data["num_requests_successful"] == len(profiled) == 36
+    assert (data["slurmx"]["rounds"], data["slurmx"]["stopped_by"]) == (2, "certified")
+    assert data["slurmx"]["certification"]["metrics"]["ttft"]["p90"]["count"] == 36
+    assert _rebuild(capsys, root, point.point_id)[point.point_id]["status"] == "unchanged"

@@ -144,7 +144,7 @@ def build_result(
     server_export = artifacts.server_export
 
     gpus = _multinode_gpus(point) if point.multinode else point.gpus
-    request_metrics = compute_request_metrics(records, profile)
+    request_metrics = compute_request_metrics(records, profile, artifacts.by_round)
     totals = request_metrics.throughput
     if totals.total is not None and gpus > 0:
         request_metrics.throughput.per_gpu = PerGpu(

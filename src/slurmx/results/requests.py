@@ -251,7 +251,11 @@ def certified_by_percentile(cert: Certification) -> dict[str, bool]:
     return {name: all(m[name].certified for m in cert.metrics.values() if name in m) for name in sorted(names)}
 
 
-def compute_request_metrics(records: list[dict[str, Any]], profile: dict[str, Any]) -> RequestMetrics:
+def compute_request_metrics(
+    records: list[dict[str, Any]], profile: dict[str, Any], rounds: list[list[dict[str, Any]]] | None = None
+) -> RequestMetrics:
+    """`rounds`: the records split by round (a point replayed until certified): throughput over the rounds' own
+    spans, summed, and QPS over each round's windows, so the cache resets between rounds count as no time."""
     ttft = _seconds(records, "time_to_first_token")
     e2el = _seconds(records, "request_latency")
     itl = _seconds(records, "inter_token_latency")
@@ -273,10 +277,10 @@ def compute_request_metrics(records: list[dict[str, Any]], profile: dict[str, An
     osl = _values(records, "output_sequence_length")
     tokens = TokenStats(input=stats(isl), output_actual=stats(osl))
     return RequestMetrics(
-        qps=_qps(records),
+        qps=_qps(records) if rounds is None else _qps_rounds(rounds),
         latency=latency,
         tokens=tokens,
-        throughput=_throughput(records, isl, osl),
+        throughput=_throughput(records, isl, osl, None if rounds is None else sum(map(_span, rounds))),
         cache=RequestCache(theoretical_cache_hit_rate=_theoretical_hit_rate(profile)),
     )
 
@@ -291,6 +295,28 @@ def _qps(records: list[dict[str, Any]]) -> QpsStats:
     if len(ends) < 2 or ends[-1] - ends[0] <= 0:
         return QpsStats()
     window = 1.0
+    values = _qps_windows(ends, window)
+    if not values:
+        return QpsStats(mean=len(ends) / (ends[-1] - ends[0]), window_seconds=window, samples=0)
+    s = stats(values)
+    return QpsStats(window_seconds=window, samples=len(values), **s.model_dump())
+
+
+def _qps_rounds(rounds: list[list[dict[str, Any]]]) -> QpsStats:
+    """QPS over every round's own 1 s windows, pooled (no window spans two rounds)."""
+    window, values = 1.0, []
+    for part in rounds:
+        values += _qps_windows(sorted(ns / 1e9 for r in part if (ns := _meta_ns(r, "request_end_ns")) is not None))
+    if not values:
+        return _qps([r for part in rounds for r in part])
+    s = stats(values)
+    return QpsStats(window_seconds=window, samples=len(values), **s.model_dump())
+
+
+def _qps_windows(ends: list[float], window: float = 1.0) -> list[float]:
+    """Requests finished per second in each whole window from the first end on (InferenceX's QPS)."""
+    if len(ends) < 2:
+        return []
     values: list[float] = []
     start, i = ends[0], 0
     while start + window <= ends[-1]:
@@ -301,18 +327,25 @@ def _qps(records: list[dict[str, Any]]) -> QpsStats:
             j += 1
         values.append((j - i) / window)
         start += window
-    if not values:
-        return QpsStats(mean=len(ends) / (ends[-1] - ends[0]), window_seconds=window, samples=0)
-    s = stats(values)
-    return QpsStats(window_seconds=window, samples=len(values), **s.model_dump())
+    return values
 
 
-def _throughput(records: list[dict[str, Any]], isl: list[float], osl: list[float]) -> Throughput:
+def _span(records: list[dict[str, Any]]) -> float:
+    """Seconds from the first request's start to the last one's end (0 without both)."""
+    starts = [ns for r in records if (ns := _meta_ns(r, "request_start_ns")) is not None]
+    ends = [ns for r in records if (ns := _meta_ns(r, "request_end_ns")) is not None]
+    return (max(ends) - min(starts)) / 1e9 if starts and ends else 0.0
+
+
+def _throughput(
+    records: list[dict[str, Any]], isl: list[float], osl: list[float], duration: float | None = None
+) -> Throughput:
+    """`duration`: the seconds the tokens took, when not the records' own span (rounds: their spans summed)."""
     starts = [ns for r in records if (ns := _meta_ns(r, "request_start_ns")) is not None]
     ends = [ns for r in records if (ns := _meta_ns(r, "request_end_ns")) is not None]
     if not starts or not ends:
         return Throughput()
-    duration = (max(ends) - min(starts)) / 1e9
+    duration = (max(ends) - min(starts)) / 1e9 if duration is None else duration
     if duration <= 0:
         return Throughput()
     total_in, total_out = sum(isl), sum(osl)

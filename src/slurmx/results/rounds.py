@@ -40,6 +40,7 @@ class Artifacts:
     counts: AiperfCounts
     export: MetricsExport
     rounds: int | None = None
+    by_round: list[list[dict[str, Any]]] | None = None  # the records split by round (None: replayed once)
 
 
 def read_artifacts(artifact_dir: Path, names: EngineMetrics) -> Artifacts:
@@ -68,6 +69,7 @@ def read_artifacts(artifact_dir: Path, names: EngineMetrics) -> Artifacts:
             prefix_found=all(e.prefix_found for e in exports),
         ),
         rounds=len(rounds),
+        by_round=[part for part, _ in loaded],
     )
 
 
