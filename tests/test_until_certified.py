@@ -32,6 +32,11 @@ def _submit(tmp_path: Path, *flags: str) -> list[str]:
         (["--until-certified", ","], "--until-certified ',': expected percentiles among p50, p75, p90, p95, p99"),
         (["--max-point-minutes", "5"], "--max-point-minutes: only with --until-certified"),
         (["--min-duration", "60"], "--min-duration: only with --until-certified"),
+        (["--rel-width", "0.2"], "--rel-width: only with --until-certified"),
+        (
+            ["--until-certified", "p90", "--max-point-minutes", "1", "--rel-width", "1"],
+            "--rel-width 1: must be between 0 and 1 (0.10 is +-10 %)",
+        ),
         (["--until-certified", "p90"], "--until-certified: needs --max-point-minutes M, each point's budget"),
         (["--until-certified", "p90", "--max-point-minutes", "0"], "--max-point-minutes 0: must be more than 0"),
         (
@@ -61,17 +66,27 @@ def test_bad_flags_are_one_line_errors(
 def test_dry_run_shows_the_rounds_and_a_plain_submit_is_unchanged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    flags = ["--until-certified", "P90, p99", "--max-point-minutes", "14.5", "--min-duration", "120"]
+    flags = [
+        "--until-certified",
+        "P90, p99",
+        "--max-point-minutes",
+        "14.5",
+        "--min-duration",
+        "120",
+        "--rel-width",
+        ".2",
+    ]
     assert main([*_submit(tmp_path, *flags), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)[0]
     assert report["until-certified"] == {
         "percentiles": ["p90", "p99"],
         "max_point_minutes": 14.5,
         "min_duration_s": 120,
+        "rel_width": 0.2,
     }
     assert main(_submit(tmp_path, *flags)) == 0
     out = capsys.readouterr().out
-    line = "each point replayed until p90,p99 certified: cold rounds aiperf/round-<k>/, budget 14.5 min, at least 120 s"
+    line = "each point replayed until p90,p99 certified to +-20%: cold rounds aiperf/round-<k>/, budget 14.5 min, at least 120 s"
     assert line in out
     assert main([*_submit(tmp_path), "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)[0]
@@ -89,7 +104,7 @@ def test_point_json_carries_the_choice_and_leaves_it_out_without_it(tmp_path: Pa
     ledger.queue_point(asked, item.record("s1", 1, until))
     ledger.queue_point(plain, item.record("s1"))
     stored = json.loads(asked.point_json.read_text())["until_certified"]
-    assert stored == {"percentiles": ["p90"], "max_point_minutes": 6.0, "min_duration_s": 30.0}
+    assert stored == {"percentiles": ["p90"], "max_point_minutes": 6.0, "min_duration_s": 30.0, "rel_width": None}
     assert ledger.read_point(asked).until_certified == until  # what the node reads back
     assert "until_certified" not in json.loads(plain.point_json.read_text())
     assert ledger.read_point(plain).until_certified is None

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from slurmx.node.serving_body import rounds_stop
+from slurmx.node.serving_body import policy_of, rounds_stop
 from slurmx.results.aggregate import RunFacts, build_result
 from slurmx.results.requests import certification, certified_by_percentile
 from slurmx.results.schema import Result
@@ -144,20 +144,47 @@ def test_a_point_replayed_once_writes_no_round_keys(tmp_path: Path) -> None:
     assert once["num_requests_successful"] == 12
 
 
-def test_certified_by_percentile_needs_every_headline_metric(pooled: Result) -> None:
+def test_the_stop_waits_for_ttft_latency_and_normalized_interactivity(pooled: Result) -> None:
     cert = pooled.slurmx.certification if pooled.slurmx else None
     assert cert is not None
     by_name = certified_by_percentile(cert)
     assert set(by_name) == {"p50", "p75", "p90", "p95", "p99"}
-    for name, ok in by_name.items():
-        assert ok == all(cert.metrics[m][name].certified for m in ("ttft", "e2el", "intvty", "e2e_norm_intvty"))
-    assert by_name["p99"] is False  # 36 requests: no upper rank exists for a p99 (0.99^36 > 2.5 %)
+    assert not any(by_name.values())  # 36 requests certify nothing at +-10 % here
     # the same records certified again give the same verdicts
     both = _raw(ROUNDS[0]) + _raw(ROUNDS[1])
     assert certified_by_percentile(certification(both)) == by_name
 
+    def marked(certified: set[str]) -> dict[str, bool]:
+        metrics = {
+            m: {**per, "p90": per["p90"].model_copy(update={"certified": m in certified})}
+            for m, per in cert.metrics.items()
+        }
+        return certified_by_percentile(cert.model_copy(update={"metrics": metrics}))
+
+    assert marked({"ttft", "e2el", "e2e_norm_intvty"})["p90"]  # interactivity (1 / ITL) holds no run
+    assert not marked({"ttft", "e2el", "intvty"})["p90"]
+    assert not marked({"e2el", "intvty", "e2e_norm_intvty"})["p90"]
+    assert marked({"ttft", "e2el", "intvty", "e2e_norm_intvty"})["p90"] and not marked(set())["p90"]
+    assert certified_by_percentile(cert, ("ttft", "nosuch"))["p90"] is False
+
+
+def test_a_wider_width_certifies_what_the_default_does_not() -> None:
+    """`--rel-width`: the rule the node stops by and the result records."""
+    both = _raw(ROUNDS[0]) + _raw(ROUNDS[1])
+    ttft = sorted(_seconds(both, "time_to_first_token"))
+    default, wide = certification(both), certification(both, policy_of(UNTIL_WIDE))
+    assert wide.rel_width == 0.5 and default.rel_width == 0.1
+    p50 = wide.metrics["ttft"]["p50"]
+    assert p50.lo_rank is not None and p50.hi_rank is not None
+    est = statistics.median(ttft)
+    lo, hi = ttft[p50.lo_rank - 1], ttft[p50.hi_rank - 1]
+    assert (est - lo) / est <= 0.5 and (hi - est) / est <= 0.5 and (hi - est) / est > 0.1
+    assert p50.certified and not default.metrics["ttft"]["p50"].certified
+    assert policy_of(UNTIL) is None and policy_of(None) is None
+
 
 UNTIL = UntilCertified(percentiles=("p90",), max_point_minutes=10, min_duration_s=60)
+UNTIL_WIDE = UntilCertified(percentiles=("p90",), max_point_minutes=10, rel_width=0.5)
 
 
 @pytest.mark.parametrize(

@@ -49,15 +49,20 @@ def add_until_options(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="with --until-certified: replay each point at least S seconds (MLPerf's floor is 600)",
     )
+    parser.add_argument(
+        "--rel-width",
+        type=float,
+        metavar="W",
+        help="with --until-certified: the +- relative width a percentile is certified at (default 0.10)",
+    )
 
 
 def until_of(args: argparse.Namespace) -> UntilCertified | None:
     """The parsed `--until-certified` options, checked (one-line errors); None without the flag."""
-    budget, floor = args.max_point_minutes, args.min_duration
+    budget, floor, width = args.max_point_minutes, args.min_duration, args.rel_width
     if args.until_certified is None:
-        given = [
-            name for name, value in (("--max-point-minutes", budget), ("--min-duration", floor)) if value is not None
-        ]
+        options = (("--max-point-minutes", budget), ("--min-duration", floor), ("--rel-width", width))
+        given = [name for name, value in options if value is not None]
         if given:
             raise UserError(f"{given[0]}: only with --until-certified")
         return None
@@ -72,7 +77,9 @@ def until_of(args: argparse.Namespace) -> UntilCertified | None:
     floor = floor or 0.0
     if floor < 0 or floor > budget * 60:
         raise UserError(f"--min-duration {floor:g}: must be between 0 and the budget ({budget * 60:g} s)")
-    return UntilCertified(percentiles=percentiles, max_point_minutes=budget, min_duration_s=floor)
+    if width is not None and not 0 < width < 1:
+        raise UserError(f"--rel-width {width:g}: must be between 0 and 1 (0.10 is +-10 %)")
+    return UntilCertified(percentiles=percentiles, max_point_minutes=budget, min_duration_s=floor, rel_width=width)
 
 
 def load_points(args: argparse.Namespace, keys: list[str], all_keys: bool = False) -> Inputs:

@@ -40,7 +40,7 @@ from slurmx.node.trace import synthetic_trace, working_set_tokens, write_trace
 from slurmx.process import Process, ServerPorts
 from slurmx.recipes.spec import ServingSpec
 from slurmx.results.aggregate import ArtifactError, ReplayWindow, RunFacts, RunMeta, build_result, write_result
-from slurmx.results.certify import StopReason, stop_reason
+from slurmx.results.certify import Policy, StopReason, stop_reason
 from slurmx.results.evidence import ArmInputs, log_failures
 from slurmx.results.requests import certification, certified_by_percentile
 from slurmx.results.rounds import read_artifacts
@@ -293,10 +293,17 @@ def run_replay(member: Member, servers: Servers, runtime: Runtime, supervisor: S
             records = read_artifacts(member.point.aiperf, member.spec.implementation.engine.metrics).records
         except ArtifactError as exc:
             raise PointFailed(f"replay artifacts unusable: {exc}") from exc
-        reason = rounds_stop(certified_by_percentile(certification(records)), until, elapsed, round_s, max_s)
+        certified = certified_by_percentile(certification(records, policy_of(until)))
+        reason = rounds_stop(certified, until, elapsed, round_s, max_s)
         if reason != "continue":
             member.stopped_by = reason
             return window
+
+
+def policy_of(until: UntilCertified | None) -> Policy | None:
+    """The rule a point run until certified is certified by (its width, when `--rel-width` gave one), for the
+    stop and for its result alike; None: the default."""
+    return Policy(rel_width=until.rel_width) if until is not None and until.rel_width is not None else None
 
 
 def rounds_stop(
@@ -449,6 +456,7 @@ def _build(
         arm=arm,
         telemetry_dir=servers.telemetry_dir,
         facts=facts,
+        policy=policy_of(member.record.until_certified),
     )
 
 

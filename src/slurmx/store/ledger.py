@@ -67,12 +67,14 @@ class UntilCertified(BaseModel):
     percentiles: tuple[str, ...]  # ("p90", ...), as certify.parse_percentiles reads them
     max_point_minutes: float
     min_duration_s: float = 0.0
+    rel_width: float | None = None  # the +- relative width certified at (`--rel-width`); None: certify's default
 
     def summary(self) -> str:
         """What `render` and `submit --dry-run` say of it."""
         floor = f", at least {self.min_duration_s:g} s" if self.min_duration_s else ""
+        width = f" to +-{self.rel_width:.0%}" if self.rel_width is not None else ""
         return (
-            f"until {','.join(self.percentiles)} certified: cold rounds aiperf/round-<k>/, "
+            f"until {','.join(self.percentiles)} certified{width}: cold rounds aiperf/round-<k>/, "
             f"budget {self.max_point_minutes:g} min{floor}"
         )
 
