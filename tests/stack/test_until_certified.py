@@ -1,5 +1,5 @@
-"""`submit --until-certified p90` on the real local stack: the local key's none arm at its smallest concurrency
-replays in cold rounds until its p90s are certified, and collect still marks its p99 with the count it needs."""
+"""`submit --until-certified p90` on the real local stack: the local key's none arm, one point, replays in cold
+rounds until its p90s are certified, and collect still marks its p99 with the count it needs."""
 
 from __future__ import annotations
 
@@ -26,10 +26,11 @@ def _profiled(jsonl: Path) -> int:
 
 
 def test_a_point_run_until_its_p90_is_certified_stops_there(stack_env: StackEnv) -> None:
-    # 6 sessions of 3 turns: 36 requests a round at conc 2, the fewest a p90's interval can have both ends at.
-    # +-25 %: on this 2-core machine, shared with the other tests, +-10 % takes thousands of requests (docs).
-    stack_env.recipe(**{"replay.sessions-per-conc": 6})
-    stack_env.key(KEY, [("none", [2])])
+    # conc 1, 12 sessions of 3 turns: 36 requests a round, the fewest a p90's interval can have both ends at. Not the
+    # local key's conc 2: there the none arm's live working set overflows its KV pool (on purpose) and its tails
+    # did not settle in 8 minutes (docs/certification.md). +-25 %: this 2-core machine is shared with other tests.
+    stack_env.recipe(**{"replay.sessions-per-conc": 12})
+    stack_env.key(KEY, [("none", [1])])
     flags = ["--until-certified", "p90", "--rel-width", "0.25", "--max-point-minutes", "8", "--min-duration", "20"]
     report = stack_env.submit(KEY, *flags)
     assert report["until-certified"]["percentiles"] == ["p90"]
@@ -42,8 +43,8 @@ def test_a_point_run_until_its_p90_is_certified_stops_there(stack_env: StackEnv)
     meta = result.slurmx
     assert meta is not None and meta.certification is not None and meta.invalid_reason is None
     assert meta.stopped_by == "certified", meta.certification.metrics
-    rounds = sorted(p.name for p in point.aiperf.iterdir())
-    assert meta.rounds is not None and rounds == [f"round-{k}" for k in range(1, meta.rounds + 1)]
+    rounds = {p.name for p in point.aiperf.iterdir()}
+    assert meta.rounds is not None and rounds == {f"round-{k}" for k in range(1, meta.rounds + 1)}
     # every round a whole replay of the trace, pooled into the one result
     per_round = [_profiled(point.aiperf_round(k) / "profile_export.jsonl") for k in range(1, meta.rounds + 1)]
     assert all(n == per_round[0] for n in per_round) and result.num_requests_successful == sum(per_round)

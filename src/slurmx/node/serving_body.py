@@ -333,7 +333,8 @@ def _open(member: Member, servers: Servers) -> _Opened:
     metrics_url = servers.engine_direct_url + spec.implementation.engine.metrics_path
     tier_urls = spec.implementation.backend.metrics_urls(spec.backend, servers.ports)
     before = loopback.get_text(metrics_url)
-    return _Opened(time.time(), before, [loopback.get_text(url) for url in tier_urls])
+    tier_before = [loopback.get_text(url) for url in tier_urls]
+    return _Opened(time.time(), before, tier_before)  # the replay starts once every scrape is in
 
 
 def _replay_once(
