@@ -19,7 +19,6 @@ from slurmx.results.requests import (
     PROFILE_JSON,
     PROFILE_JSONL,
     SERVER_METRICS_JSON,
-    ArtifactError,
     _load_json,
     aiperf_counts,
     load_records,
@@ -146,6 +145,3 @@ def pooled_profile(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-__all__ = ["ArtifactError", "Artifacts", "read_artifacts"]
