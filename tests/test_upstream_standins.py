@@ -144,3 +144,40 @@ def test_a_server_started_as_python_dash_m_is_the_engine_and_stays_up(tmp_path: 
         running.wait()
     rows = [ast.literal_eval(line) for line in log.read_text().splitlines()]
     assert ["start" in row for row in rows] == [False, True]  # the server's record holds its fork time
+
+
+def test_an_image_files_guarded_sed_is_recorded_with_its_guard_and_any_other_sed_runs(tmp_path: Path) -> None:
+    """qwen3.5_fp8_h200_mtp.sh edits SGLang's multi_tokenizer_mixin.py in the image unless a read of it piped into grep
+    finds the edit done: under capture that sed is recorded, never run, its read with the grep reading it, and the
+    script goes on; a sed of any other file is the real one (benchmark_lib.sh repairs its metrics CSV with one)."""
+    from slurmx.upstream.capture import _host_reads, _stand_ins
+    from slurmx.upstream.facts import image_edits, provision_facts
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "standin.jsonl"
+    _stand_ins(bin_dir)
+    _host_reads(bin_dir, tmp_path / "root", "cluster:h200-dgxc")  # grep is the capture's sandbox reader here
+    image = "/sgl-workspace/sglang/python/sglang/srt/managers/multi_tokenizer_mixin.py"
+    own = tmp_path / "own.csv"
+    own.write_text("a\nb\n")
+    script = tmp_path / "script.sh"
+    script.write_text(
+        "set -euo pipefail\n"
+        f"if ! sed -n '/x/,/y/p' {image} | grep -q 'done=1'; then\n"
+        f"  sed -i '/x/a\\\n  done=1' {image}\n"
+        "fi\n"
+        f"sed '$d' {own} > {tmp_path}/repaired\n"
+        "echo reached-the-end\n"
+    )
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STANDIN_LOG": str(log), "STANDIN_BIN": str(bin_dir)}
+    done = subprocess.run(["/bin/bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "reached-the-end\n", done.stdout + done.stderr
+    assert (tmp_path / "repaired").read_text() == "a\n"  # the real sed ran on the script's own file
+    assert not Path(image).exists()  # nothing of this machine touched
+    rows = [ast.literal_eval(line) for line in log.read_text().splitlines()]
+    started = [Started(r["name"], r["argv"], r["env"], reader=tuple(r.get("reader") or ())) for r in rows]
+    assert [(s.name, s.argv[0]) for s in started] == [("sed", "-n"), ("sed", "-i")]  # only the image's file's
+    assert started[0].reader == ("grep", "-q", "done=1")
+    assert image_edits(started) == {image: (["-i", "/x/a\\\n  done=1"], (["-n", "/x/,/y/p"], ["grep", "-q", "done=1"]))}
+    assert provision_facts(started, {})[("provision", f"edit {image}")] == (
+        "sed -i '/x/a\\\n  done=1' unless sed -n /x/,/y/p | grep -q done=1"
+    )

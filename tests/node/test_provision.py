@@ -304,6 +304,40 @@ def test_an_upstream_script_runs_from_the_mounted_checkout_once_it_is_the_file_i
     assert failed.returncode == 1 and "installs nothing" in failed.stderr
 
 
+def test_an_image_edit_is_made_once_as_the_script_guards_it_and_a_missing_file_fails(tmp_path: Path) -> None:
+    """A recipe's edit of an image file (qwen3.5_fp8_h200_mtp.sh's sed -i of SGLang's multi_tokenizer_mixin.py) runs
+    in the job's container as the script runs it: made where the guard's read finds it not done, left alone where it
+    is done (a second edit would repeat the lines), failing the point where the image lacks the file."""
+    import subprocess
+
+    from slurmx.recipes.model import EditGuard, ImageEdit, Provision
+
+    target = tmp_path / "mixin.py"
+    target.write_text("def f(output, i):\n    return dict(\n        cached_tokens=1,\n    )\n")
+    edit = ImageEdit(path=str(target), sed=["-i", "/cached_tokens=1,/a\\\n        details=2,"],
+                     unless=EditGuard(sed=["-n", "/def f/,/^    )$/p"], grep=["-q", "details=2"]))  # fmt: skip
+    spec = _spec().model_copy(update={"provision": Provision(edits=[edit])})
+    steps = {s.item: s for s in provision.plan(spec, PyxisRuntime(squash_dir="/sq", image="i"))}
+    step = steps[f"edit {target}"]
+    assert (
+        step.value
+        == "sed -i '/cached_tokens=1,/a\\\n        details=2,' unless sed -n '/def f/,/^    )$/p' | grep -q details=2"
+    )
+    argv = step.process.argv[step.process.argv.index("bash") :]  # inside the runtime's srun into the container
+    for _ in range(2):  # the second run finds the edit done and leaves the file as it is
+        done = subprocess.run(argv, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert (
+            target.read_text()
+            == "def f(output, i):\n    return dict(\n        cached_tokens=1,\n        details=2,\n    )\n"
+        )
+    target.unlink()
+    assert subprocess.run(argv, capture_output=True, text=True).returncode != 0  # an image without the file
+    venv = {s.item: s for s in provision.plan(spec, _venv(tmp_path))}
+    failed = subprocess.run(venv[f"edit {target}"].process.argv, capture_output=True, text=True)
+    assert failed.returncode == 1 and "installs nothing" in failed.stderr
+
+
 def test_an_arms_requirements_install_with_its_wheel_from_its_page_in_one_pip() -> None:
     page = "https://github.com/LMCache/LMCache/releases/expanded_assets/v0.5.3-rocm"
     spec = _spec(version="0.5.3")

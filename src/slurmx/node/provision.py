@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 from collections.abc import Sequence
@@ -125,6 +126,23 @@ def script_value(program: str, args: Sequence[str], sha256: str) -> str:
     return " ".join([program, *args, f"sha256:{sha256}"])
 
 
+def edit_value(sed: Sequence[str], guard: tuple[Sequence[str], Sequence[str]] | None) -> str:
+    """How an edit of an image file is named (both sides of `recipes check`; the item names the file): the sed that
+    edits it and, if any, the guard: the read of the file and the program (with its arguments) that finds it edited."""
+    done = f" unless sed {shlex.join(guard[0])} | {shlex.join(guard[1])}" if guard else ""
+    return f"sed {shlex.join(sed)}{done}"
+
+
+def edit_command(path: str, sed: Sequence[str], guard: tuple[Sequence[str], Sequence[str]] | None) -> str:
+    """The edit as the script's bash runs it (`set -euo pipefail`: a file the image lacks fails the read and the
+    edit)."""
+    edit = f"sed {shlex.join(sed)} {shlex.quote(path)}"
+    if guard:
+        read = f"sed {shlex.join(guard[0])} {shlex.quote(path)} | {shlex.join(guard[1])}"
+        edit = f"if ! {read}; then {edit}; fi"
+    return f"set -euo pipefail; {edit}"
+
+
 @dataclass(frozen=True)
 class Step:
     """One provisioning action. `item`/`value` name it as docs/upstream-differences.yaml does."""
@@ -228,8 +246,8 @@ def plan(spec: ServingSpec, runtime: Runtime) -> list[Step]:
 
 def _recipe_steps(spec: ServingSpec, runtime: Runtime) -> list[Step]:
     """The recipe's own provisioning: its pip installs (where the runtime installs), then the upstream scripts it
-    runs from the runtime's InferenceX checkout (a runtime that installs nothing or has no checkout fails the point:
-    serving unpatched would measure another engine)."""
+    runs from the runtime's InferenceX checkout, then its edits of the image's files (a runtime that installs
+    nothing or has no checkout fails the point: serving unpatched would measure another engine)."""
     py = runtime.engine_python
     steps: list[Step] = []
     for pip in spec.provision.pip if runtime.installs else ():
@@ -252,6 +270,15 @@ def _recipe_steps(spec: ServingSpec, runtime: Runtime) -> list[Step]:
             )
             argv = [py, "-c", f"import sys; sys.exit({why!r})"]
         steps.append(_step(runtime, item, value, argv, INSTALL_TIMEOUT_S))
+    for edit in spec.provision.edits:
+        guard = (edit.unless.sed, ["grep", *edit.unless.grep]) if edit.unless else None
+        item, value = f"edit {edit.path}", edit_value(edit.sed, guard)
+        if runtime.installs:
+            argv = ["bash", "-c", edit_command(edit.path, edit.sed, guard)]
+        else:
+            why = f"the recipe edits the image's {edit.path}; this runtime installs nothing (its environment is not the job's own)"
+            argv = [py, "-c", f"import sys; sys.exit({why!r})"]
+        steps.append(_step(runtime, item, value, argv))
     return steps
 
 

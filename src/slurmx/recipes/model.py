@@ -226,11 +226,29 @@ class UpstreamScript(_Model):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # of the file imported; another file fails the point
 
 
+class EditGuard(_Model):
+    """The script's test that an image file still needs its edit: `sed SED FILE | grep GREP` finding nothing."""
+
+    sed: list[str] = Field(min_length=1)  # sed's arguments before the file (-n and the lines it prints)
+    grep: list[str] = Field(min_length=1)  # grep's arguments (-q and what the edited file holds)
+
+
+class ImageEdit(_Model):
+    """A file of the engine's image the script edits in place before serving (qwen3.5_fp8_h200_mtp.sh's `sed -i` of
+    SGLang's multi_tokenizer_mixin.py): provisioning makes the same edit in the job's container, guarded as the
+    script guards it (a file already edited is left as it is), and fails the point where the file is not there."""
+
+    path: str = Field(pattern=r"^/")  # in the image
+    sed: list[str] = Field(min_length=1)  # sed's arguments before the file (-i and its script)
+    unless: EditGuard | None = None
+
+
 class Provision(_Model):
     """What the script provisions beyond the typed pins (backend, router): `recipes import` reads it."""
 
     pip: list[PipInstall] = Field(default_factory=list)
     scripts: list[UpstreamScript] = Field(default_factory=list)
+    edits: list[ImageEdit] = Field(default_factory=list)
 
 
 class Recipe(_Model):

@@ -31,7 +31,7 @@ from slurmx import engines
 from slurmx.node import procscan
 from slurmx.plan import Point
 from slurmx.upstream.launcher import SANDBOX, Launch, workflow_env
-from slurmx.upstream.standin import REAL_BASH, write_checkpoint  # `bash` on the capture's PATH is a stand-in
+from slurmx.upstream.standin import REAL_BASH, REAL_SED, write_checkpoint  # `bash` on the capture's PATH is a stand-in
 
 # the servers the scripts start and keep running, by the slurmx process each one is: every engine's, and the
 # backends' own (the stand-ins and the facts compared both read this one table)
@@ -70,6 +70,16 @@ POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
 # TRITON_PTXAS_PATH, where production's container exports its image's ptxas (docs/recipes.md).
 HOST_READS = ("/sys/class/infiniband/", "/usr/local/")
 HOST_READERS = ("grep", "cat", "find")
+# The engine image's own files a script edits in place before serving (qwen3.5_fp8_h{100,200}_mtp.sh's `sed -i` of
+# SGLang's multi_tokenizer_mixin.py under /sgl-workspace, the image's SGLang checkout): `sed` naming one is recorded
+# (standin._sed), never run; any other `sed` is the real one
+IMAGE_FILES = ("/sgl-workspace/",)
+_SED = """#!/bin/sh
+for a do
+  case $a in {cases}) exec {python} -S -E {standin} tool sed "$@";; esac
+done
+exec {sed} "$@"
+"""
 NODE_FILES: dict[str, dict[str, str]] = {
     # InferenceX's Kimi-K3 B300 script picks the first rail whose port 1 is ACTIVE, "order starts at mlx5_0 so a
     # healthy node is unchanged" (kimik3_fp4_b300_vllm_mtp.sh): a healthy B300 node's mlx5_0, in sysfs's format
@@ -116,6 +126,7 @@ class Started:
     env: dict[str, str]  # the whole env it got
     files: dict[str, str] = field(default_factory=dict)  # a server's: the files its env names (env name -> text)
     start: tuple[int, int] = (0, 0)  # a server's fork (clock tick, pid): the order the script started it in
+    reader: tuple[str, ...] = ()  # a read of an image file into a pipe: the program reading it, with its arguments
 
     def env_delta(self, base: dict[str, str]) -> dict[str, str]:
         """What the script (or benchmark_lib.sh) set beyond the launcher's env."""
@@ -207,6 +218,10 @@ def _stand_ins(bin_dir: Path) -> None:
     sleep = bin_dir / "sleep"
     sleep.write_text(f"#!/bin/sh\nexec /bin/sleep {POLL_SLEEP_S}\n")
     sleep.chmod(0o755)
+    cases = "|".join(f"{prefix}*" for prefix in IMAGE_FILES)
+    sed = bin_dir / "sed"
+    sed.write_text(_SED.format(cases=cases, python=sys.executable, standin=standin, sed=REAL_SED))
+    sed.chmod(0o755)
 
 
 def _host_reads(bin_dir: Path, root: Path, runner: str) -> None:
@@ -349,7 +364,8 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
     started = []
     for line in log.read_text().splitlines() if log.exists() else []:
         row = ast.literal_eval(line)
-        started.append(Started(row["name"], row["argv"], row["env"], row.get("files", {}), row.get("start", (0, 0))))
+        started.append(Started(row["name"], row["argv"], row["env"], row.get("files", {}), row.get("start", (0, 0)),
+                               tuple(row.get("reader") or ())))  # fmt: skip
     launcher_base = {**base, "PATH": env["PATH"], "TMPDIR": env["TMPDIR"],
                      "INFMAX_CONTAINER_WORKSPACE": env["INFMAX_CONTAINER_WORKSPACE"], **scratch}  # fmt: skip
     return Capture(started, launcher_base, proc.returncode, output, work, runs=_runs(started, tree))

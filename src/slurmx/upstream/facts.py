@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from slurmx.node import provision
-from slurmx.node.provision import script_value
+from slurmx.node.provision import edit_value, script_value
 from slurmx.process import Process
 from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.slurm.sbatch import render_sbatch
@@ -181,7 +181,27 @@ def provision_facts(started: list[Started], paths: Mapping[str, str]) -> Facts:
             facts[("provision", "aiperf")] = "isolated venv from the workspace's utils/aiperf (uv)"
         elif s.name in ("nvidia-smi",):
             facts[("provision", s.name)] = "run"
+    for path, (sed, guard) in image_edits(started).items():
+        facts[("provision", f"edit {path}")] = edit_value(sed, guard)
     return facts
+
+
+Guard = tuple[list[str], list[str]]
+
+
+def image_edits(started: list[Started]) -> dict[str, tuple[list[str], Guard | None]]:
+    """The image's files the script edits in place (`sed -i`, recorded only for an image file: capture.IMAGE_FILES),
+    file -> (sed's arguments before it, the guard: sed's arguments of a read of the same file and the argv of the program
+    its output is piped into, where the script read it first)."""
+    reads: dict[str, Guard] = {}
+    edits: dict[str, tuple[list[str], Guard | None]] = {}
+    for s in (s for s in started if s.name == "sed" and s.argv):
+        *args, path = s.argv
+        if "-i" in args:
+            edits[path] = (args, reads.get(path))
+        elif s.reader:
+            reads[path] = (args, list(s.reader))
+    return edits
 
 
 def upstream_facts(capture: Capture, paths: Mapping[str, str]) -> Facts:

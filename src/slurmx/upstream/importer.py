@@ -40,7 +40,7 @@ from slurmx.upstream.derive import (
     parse_flags,
     parse_value,
 )
-from slurmx.upstream.facts import capture_paths, provision_facts
+from slurmx.upstream.facts import Guard, capture_paths, image_edits, provision_facts
 from slurmx.upstream.inferencex import content_digest, git_commit
 
 DATE_LINE = "# imported: "  # the header line that alone may differ between two imports of one tree
@@ -500,12 +500,23 @@ def provision_data(captured: Sequence[Captured]) -> dict[str, Any]:
         scripts = [{"path": r.path, "program": r.program, **({"args": list(r.args)} if r.args else {}),
                     "sha256": r.sha256} for r in c.capture.runs]  # fmt: skip
         groups = [{"packages": specs, **({"flags": list(flags)} if flags else {})} for flags, specs in pip.items()]
-        seen.append({k: v for k, v in (("pip", groups), ("scripts", scripts)) if v})
+        edits = [_edit(c, path, sed, guard) for path, (sed, guard) in image_edits(c.capture.started).items()]
+        seen.append({k: v for k, v in (("pip", groups), ("scripts", scripts), ("edits", edits)) if v})
     if any(s != seen[0] for s in seen):
         raise ImportRefused(
-            "the script's pip installs or the scripts it runs differ between points (provision holds one)"
+            "the script's pip installs, the scripts it runs or its edits of the image differ between points"
+            " (provision holds one)"
         )
     return seen[0]
+
+
+def _edit(c: Captured, path: str, sed: list[str], guard: Guard | None) -> dict[str, Any]:
+    """An image file's in-place edit as the recipe holds it (provision.edits): sed's arguments, and the guard's read
+    and grep where the script tests the file first (any other program there is refused: the node runs grep)."""
+    if guard is not None and guard[1][:1] != ["grep"]:
+        raise ImportRefused(f"{c.point.exp_name}: the script tests {path} with {guard[1][0]}, not grep")
+    unless = {"unless": {"sed": guard[0], "grep": guard[1][1:]}} if guard is not None else {}
+    return {"path": path, "sed": sed, **unless}
 
 
 def _alike(envs: list[dict[str, str]]) -> dict[str, str]:
@@ -569,6 +580,12 @@ def add_reviewed_flags(key: str, data: dict[str, Any], reviewed: Sequence[Declar
 def recipe_stem(point: Point, gpu: str) -> str:
     mtp = "_mtp" if point.spec_decoding == "mtp" else ""
     return f"{point.model_prefix}_{point.precision}_{gpu}_{point.framework}{mtp}"
+
+
+def key_stem(key: str) -> str:
+    """A recipe's file name from its key, where the script's name is another key's recipe (two keys of one script
+    on two images: qwen3.5-fp8-h200-sglang-agentic-mtp and -hicache-mtp)."""
+    return key.replace("-agentic", "").replace("-", "_")
 
 
 IMPORTED_LINE = "# Imported by `slurmx recipes import`"  # an imported recipe's first line

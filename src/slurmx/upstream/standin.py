@@ -5,7 +5,8 @@ Run as `python standin.py server|tool NAME ARGS...` from a wrapper named NAME on
 files its env names in the capture's work dir) to $STANDIN_LOG, then
 does the least the script needs to go on: servers stay up until killed (the script checks they are
 alive), `uv venv` creates the aiperf venv's stand-ins, `pip show` names a version, the torch-lib
-query prints a directory, `hf download` leaves a stand-in checkpoint, `df /dev/shm` reports the cluster node's size.
+query prints a directory, `hf download` leaves a stand-in checkpoint, `df /dev/shm` reports the cluster node's size,
+`sed` of an image file records the program its output is piped into (the script's guard of its edit).
 Everything else exits 0.
 
 A script starts about 30 of these per point: the module imports only `os` and `sys` up front (json
@@ -22,6 +23,7 @@ FAKE_TORCH_LIB = "/standin/torch/lib"
 REAL_SLEEP = "/bin/sleep"
 REAL_BASH = "/bin/bash"
 REAL_DF = "/bin/df"
+REAL_SED = "/bin/sed"
 # where a container patch script finds the image's engine packages (find_spec): a site-packages under the capture's
 # sandbox (work/root, compared as the cluster path) holding $STANDIN_PACKAGES empty, never this machine's
 SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
@@ -45,8 +47,8 @@ def write_checkpoint(directory: str) -> None:
                 out.write(text)
 
 
-def _record(name: str, argv: list[str], server: bool) -> None:
-    row: dict[str, object] = {"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+def _record(name: str, argv: list[str], server: bool, extra: dict[str, object] | None = None) -> None:
+    row: dict[str, object] = {"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), **(extra or {})}
     if server:
         row["files"] = _files_named(argv)
         row["start"] = _started()
@@ -193,6 +195,43 @@ def _df(argv: list[str]) -> None:
         print(f"tmpfs {amount} 0 {amount} 0% /dev/shm")
 
 
+def _pipe_reader() -> list[str] | None:
+    """The program reading this process's stdout, where that is a pipe (`sed -n ... FILE | grep -q X`): its name and
+    arguments once it has exec'd (the shell forks it beside this one), else None."""
+    try:
+        pipe = os.readlink("/proc/self/fd/1")
+    except OSError:
+        return None
+    if not pipe.startswith("pipe:"):
+        return None
+    import time  # only here: a read into a pipe is rare
+
+    me = str(os.getpid())
+    for _ in range(200):  # up to 2 s: the reader is forked after this process, and execs after its fork
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if pid == me or os.readlink(f"/proc/{pid}/fd/0") != pipe:
+                    continue
+                with open(f"/proc/{pid}/cmdline", "rb") as raw:
+                    words = [w.decode(errors="replace") for w in raw.read().split(b"\0")[:-1]]
+            except OSError:
+                continue
+            if words and os.path.basename(words[0]) in ("sh", "dash") and len(words) > 1:
+                words = words[1:]  # a wrapper script on PATH (the capture's grep): its name, then its arguments
+            if words and os.path.basename(words[0]) != "bash":  # not the shell's fork before its exec
+                return [os.path.basename(words[0]), *words[1:]]
+        time.sleep(0.01)
+    return None
+
+
+def _sed(argv: list[str]) -> None:
+    """`sed` of a file of the engine's image (the capture's wrapper starts this only then: $STANDIN_IMAGE_FILES):
+    recorded with the program reading its output, if any; an in-place edit changes nothing, a read prints nothing
+    (the capture has no image: the unpatched image is what the script's guard reads)."""
+    reader = _pipe_reader() if "-i" not in argv else None
+    _record("sed", argv, False, {"reader": reader} if reader else {})
+
+
 def _server_command(name: str, argv: list[str]) -> bool:
     """A tool started as a server ($STANDIN_SERVERS: "python3 -m MODULE", comma-separated) stays up as one."""
     for command in filter(None, os.environ.get("STANDIN_SERVERS", "").split(",")):
@@ -204,6 +243,9 @@ def _server_command(name: str, argv: list[str]) -> bool:
 
 def main() -> None:
     kind, name, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if name == "sed":
+        _sed(argv)
+        return
     if kind == "tool" and _server_command(name, argv):
         kind = "server"
     _record(name, argv, kind == "server")
