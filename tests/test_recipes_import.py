@@ -64,6 +64,7 @@ IMPORTED = {
     # utils/aiperf at the capture's workspace (launch_b200-dgxc.sh mounts it at /workspace)
     "dsv4-fp4-b200-sglang-agentic-hicache-mtp": "repo-main",
     "dsv4-fp4-b300-sglang-agentic-hicache-mtp": "repo-main",  # --tokenizer-worker-num "$TP" by DP attention and TP
+    "qwen3.5-fp8-h200-sglang-agentic-mtp": "repo-main",  # `sed -i` of an image file, guarded: provision.edits
 }
 
 pytestmark = pytest.mark.slow
