@@ -66,6 +66,8 @@ IMPORTED = {
     "dsv4-fp4-b300-sglang-agentic-hicache-mtp": "repo-main",  # --tokenizer-worker-num "$TP" by DP attention and TP
     "qwen3.5-fp8-h200-sglang-agentic-mtp": "repo-main",  # `sed -i` of an image file, guarded: provision.edits
     "qwen3.5-fp8-h100-sglang-agentic-mtp": "repo-main",
+    # the same script as -mtp's on another image: its own recipe file (importer.key_stem)
+    "qwen3.5-fp8-h200-sglang-agentic-hicache-mtp": "repo-main",
 }
 
 pytestmark = pytest.mark.slow
