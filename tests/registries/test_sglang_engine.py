@@ -80,7 +80,7 @@ def test_readiness_metrics_and_cache_reset() -> None:
         "/flush_cache",
     )
     assert SGLANG.metrics.required_prefix == SGLANG.metrics.prefix == "sglang:"
-    names = [SGLANG.metrics.prefix_hits, SGLANG.metrics.prompt_tokens, SGLANG.metrics.generation_tokens]
+    names = [SGLANG.metrics.cached_by_source, SGLANG.metrics.prompt_tokens, SGLANG.metrics.generation_tokens]
     assert all(n.startswith("sglang:") for n in names)
     assert SGLANG.version_of({"sglang": "0.5.16", "torch": "2.9"}) == "0.5.16"
     assert SGLANG.tool_call_flags == ("--tool-call-parser",)

@@ -108,7 +108,8 @@ class HiCache(BaseBackend[HiCacheSpec]):
         counters = {field: gauges[name] for field, name in HOST_GAUGES.items() if name in gauges}
         if not counters:
             return TierReading(absent="no sglang:hicache_host_* gauge in the replay's metrics export")
-        why = 'SGLang counts host-tier hits as sglang:cached_tokens{cache_source="host"}, not split out here'
+        # the tier is the engine's own: its host hits are the engine's count (the evidence's tier_tokens), not its own
+        why = 'HiCache exports no hit count of its own: its host hits are the engine\'s cached_tokens{cache_source="host"}'
         return TierReading(counters, absent=why)
 
     def probes(self, point: Point) -> list[Point]:

@@ -66,6 +66,14 @@ class EngineMetrics:
     # whether InferenceX's aggregation adapter for this engine lists the scraped servers (server_metrics.sources:
     # its vLLM adapter does, its ATOM one leaves the list empty)
     lists_sources: bool = True
+    # the label that splits `cached_by_source` by tier where the engine's hit rates are each tier's cached tokens over
+    # the window's prompt tokens (SGLang's cache_source: device | host | storage_*; InferenceX's backends/sglang.py);
+    # "": prefix_hits over prefix_queries, and prompt tokens by origin under the `source` label (vLLM's)
+    tier_label: str = ""
+    computed_tokens: tuple[str, str] = ("", "")  # (label, value) of prompt_by_source's series of computed tokens
+    gpu_total: str = ""  # gauge: the device KV pool's tokens, summed over the servers' series
+    hit_rate_gauge: str = ""  # gauge: the engine's own overall hit rate, read where no prompt tokens rate it
+    cpu_total: str = ""  # gauge: the host tier's tokens (cpu usage = cpu_usage / cpu_total where set)
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,12 @@ PARALLEL_ALIASES = (
 METRICS = EngineMetrics(
     prefix="sglang:",
     required_prefix="sglang:",  # what InferenceX's SGLang scripts set (AIPERF_REQUIRED_SERVER_METRIC_PREFIX)
-    prefix_queries="sglang:prompt_tokens",  # SGLang counts hits in tokens: every prompt token is looked up
-    prefix_hits="sglang:cached_tokens",
-    external_queries="sglang:prompt_tokens",
-    external_hits="sglang:cached_tokens",  # cache_source != device: the host tier's and storage's share
+    # its hit rates are cached_tokens by cache_source over prompt_tokens (tier_label), as InferenceX's adapter has
+    # them; it reports no hits/queries pair of its own
+    prefix_queries="",
+    prefix_hits="",
+    external_queries="",
+    external_hits="",
     prompt_tokens="sglang:prompt_tokens",
     generation_tokens="sglang:generation_tokens",
     requests_done="sglang:num_requests",
@@ -54,6 +56,12 @@ METRICS = EngineMetrics(
     gpu_usage=("sglang:token_usage",),
     cpu_usage="sglang:hicache_host_used_tokens",
     offload={},
+    lists_sources=False,  # InferenceX's SGLang adapter lists no scraped servers
+    tier_label="cache_source",
+    computed_tokens=("mode", "prefill_compute"),
+    gpu_total="sglang:max_total_num_tokens",
+    hit_rate_gauge="sglang:cache_hit_rate",
+    cpu_total="sglang:hicache_host_total_tokens",
 )
 # "[... DP0 TP0 EP0] KV Cache is allocated. #tokens: N, ..." (memory_pool.py), one line per TP rank; the DP tag
 # names the data-parallel rank (absent without data-parallel attention)

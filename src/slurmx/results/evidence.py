@@ -64,7 +64,8 @@ def build_evidence(
 ) -> ArmEvidence:
     backend = backends.get(arm)
     by_source = server.tokens.prompt_by_source
-    prompt = sum(by_source.raw.values()) if by_source.raw else server.tokens.prompt_total
+    tiered = engine is not None and engine.metrics.tier_label  # raw is then cached tokens by tier (SGLang's)
+    prompt = sum(by_source.raw.values()) if by_source.raw and not tiered else server.tokens.prompt_total
     tier_tokens = by_source.cpu_or_external_cache_hit
     if tier_tokens is None:  # an engine without prompt tokens by source: its external prefix-cache hits
         tier_tokens = server.cache.external_prefix_cache_hits

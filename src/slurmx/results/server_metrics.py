@@ -39,25 +39,42 @@ class _Counters:
     def __init__(self, rank_label: str = "engine") -> None:
         self.rank_label = rank_label
         self.delta: dict[str, float] = {}
-        self.by_source: dict[str, dict[str, float]] = {}  # by the `source` label (prompt tokens by origin)
-        self.by_engine: dict[str, dict[str, float]] = {}  # by the engine's rank label: one per data-parallel rank
+        # label key -> name -> label value -> sum: prompt tokens by origin (`source`), cached tokens by tier
+        # (SGLang's `cache_source`), one per data-parallel rank (the engine's rank label), ...
+        self.by_label: dict[str, dict[str, dict[str, float]]] = {}
         self.gauge_max: dict[str, float] = {}
+        self.gauge_sum: dict[str, float] = {}  # each gauge's series summed (one per server: a pool's whole size)
+        self.gauge_avgs: dict[str, list[float]] = {}  # each series' average over the window (a scrape: its value)
         self.names: set[str] = set()
+
+    @property
+    def by_source(self) -> dict[str, dict[str, float]]:
+        return self.by_label.get("source", {})
+
+    @property
+    def by_engine(self) -> dict[str, dict[str, float]]:
+        return self.by_label.get(self.rank_label, {})
 
     def get(self, name: str) -> float | None:
         return self.delta.get(name)
 
-    def merge_gauges(self, gauges: dict[str, float]) -> None:
+    def merge_gauges(self, other: _Counters) -> None:
         """Each gauge's maximum over both: gauges seen over the whole window beat a single scrape."""
-        for name, value in gauges.items():
-            self.gauge_max[name] = max(self.gauge_max.get(name, -math.inf), value)
+        for mine, theirs in ((self.gauge_max, other.gauge_max), (self.gauge_sum, other.gauge_sum)):
+            for name, value in theirs.items():
+                mine[name] = max(mine.get(name, -math.inf), value)
+        self.gauge_avgs.update(other.gauge_avgs)
 
     def add(self, name: str, labels: dict[str, str], value: float) -> None:
         self.delta[name] = self.delta.get(name, 0.0) + value
-        for key, buckets in (("source", self.by_source), (self.rank_label, self.by_engine)):
-            if (label := labels.get(key)) is not None:
-                bucket = buckets.setdefault(name, {})
-                bucket[label] = bucket.get(label, 0.0) + value
+        for key, label in labels.items():
+            bucket = self.by_label.setdefault(key, {}).setdefault(name, {})
+            bucket[label] = bucket.get(label, 0.0) + value
+
+    def add_gauge(self, name: str, value: float, avg: float | None = None) -> None:
+        self.gauge_max[name] = max(self.gauge_max.get(name, -math.inf), value)
+        self.gauge_sum[name] = self.gauge_sum.get(name, 0.0) + value
+        self.gauge_avgs.setdefault(name, []).append(value if avg is None else avg)
 
 
 def _strip_total(name: str) -> str:
@@ -78,7 +95,7 @@ def counters_from_scrapes(before: str, after: str, rank_label: str = "engine") -
                 delta = s.value
             out.add(name, dict(s.labels), delta)
         elif not s.name.endswith(("_bucket", "_sum", "_count", "_created")):
-            out.gauge_max[s.name] = max(out.gauge_max.get(s.name, -math.inf), s.value)
+            out.add_gauge(s.name, s.value)
     return out
 
 
@@ -107,7 +124,7 @@ def counters_from_export(export: dict[str, Any], rank_label: str = "engine") -> 
             elif kind == "gauge":
                 value = _first_number(st, ("max", "avg", "total"))
                 if value is not None:
-                    out.gauge_max[name] = max(out.gauge_max.get(name, -math.inf), value)
+                    out.add_gauge(name, value, _first_number(st, ("avg", "max", "total")))
     return out
 
 
@@ -174,8 +191,8 @@ def tier_counters(
         out.names |= part.names
         for name, value in part.delta.items():
             out.delta[name] = out.delta.get(name, 0.0) + value
-        out.merge_gauges(part.gauge_max)
-    out.merge_gauges(exported.gauge_max)
+        out.merge_gauges(part)
+    out.merge_gauges(exported)
     return out
 
 
@@ -192,7 +209,7 @@ def engine_counters(
             counters, source = counters_from_scrapes(before, after, rank_label), "scrape-delta"
         except prometheus.PrometheusParseError as exc:
             raise ArtifactError(f"the engine's /metrics scrape does not parse: {exc}") from None
-        counters.merge_gauges(exported.gauge_max)
+        counters.merge_gauges(exported)
     elif exported.names:
         counters, source = exported, "aiperf-export"
     else:
@@ -248,6 +265,8 @@ def server_metrics_from(
     whole_prompt = sum(split.values()) if split else prompt_total
     if host and whole_prompt:
         cache.cpu_cache_hit_rate = host / whole_prompt
+    if names.tier_label:
+        cache, by_source = _tiered(counters, names, prompt_total)
 
     gpu_usage = max((counters.gauge_max[n] for n in names.gpu_usage if n in counters.gauge_max), default=None)
     # an engine without an offload counter has no figure for it (None), not a missing field
@@ -272,14 +291,48 @@ def server_metrics_from(
         adapter=names.prefix.rstrip(":") if any(n.startswith(names.prefix) for n in counters.names) else "none",
         metric_count=len(counters.names),
         cache=cache,
-        kv_cache=KvCache(
-            gpu_usage_pct=_fraction(gpu_usage),
-            cpu_usage_pct=_fraction(counters.gauge_max.get(names.cpu_usage)),
-        ),
+        kv_cache=_kv_cache(counters, names, gpu_usage),
         kv_offload=kv_offload,
         tokens=tokens,
     )
     return server
+
+
+def _tiered(counters: _Counters, names: EngineMetrics, prompt: float | None) -> tuple[ServerCache, PromptBySource]:
+    """An engine that counts cached prompt tokens by tier (SGLang's cached_tokens by cache_source): each tier's hit
+    rate is its tokens over the window's prompt tokens, the host tier (HiCache) being the external one, the overall
+    rate all tiers' (InferenceX's backends/sglang.py); prompt tokens by origin: device, host and those computed."""
+    by_tier = counters.by_label.get(names.tier_label, {}).get(names.cached_by_source, {})
+    device, host = by_tier.get("device"), by_tier.get("host")
+    host_rate = _rate(host, prompt)
+    cache = ServerCache(
+        gpu_cache_hit_rate=_rate(device, prompt),
+        cpu_cache_hit_rate=host_rate,
+        external_cache_hit_rate=host_rate,
+        overall_cache_hit_rate=_rate(sum(by_tier.values()), prompt) if by_tier else None,
+        cached_tokens_by_source=by_tier,
+    )
+    averages = counters.gauge_avgs.get(names.hit_rate_gauge) if names.hit_rate_gauge else None
+    if cache.overall_cache_hit_rate is None and averages:  # no prompt tokens to rate over: the engine's own gauge
+        cache.overall_cache_hit_rate = _fraction(sum(averages) / len(averages))
+    label, value = names.computed_tokens
+    computed = counters.by_label.get(label, {}).get(names.prompt_by_source, {}).get(value)
+    return cache, PromptBySource(gpu_cache_hit=device, cpu_or_external_cache_hit=host, computed=computed, raw=by_tier)
+
+
+def _kv_cache(counters: _Counters, names: EngineMetrics, gpu_usage: float | None) -> KvCache:
+    """The device pool's usage (and size, where the engine exports it) and the host tier's."""
+    used = counters.gauge_max.get(names.cpu_usage)
+    pool = counters.gauge_sum.get(names.gpu_total) if names.gpu_total else None
+    total = counters.gauge_max.get(names.cpu_total) if names.cpu_total else None
+    return KvCache(
+        gpu_usage_pct=_fraction(gpu_usage),
+        gpu_total_tokens=round(pool) if pool is not None else None,
+        # a host tier exported as tokens used of a total, or as a usage fraction
+        cpu_usage_pct=_rate(used, total) if names.cpu_total else _fraction(used),
+        cpu_used_tokens=used if names.cpu_total else None,
+        cpu_total_tokens=total,
+    )
 
 
 # ---------------------------------------------------------------- InferenceX's per-source figures and export check
