@@ -125,3 +125,35 @@ def test_generated_sglang_windows_are_aggregated_as_by_inferencex(
     shutil.rmtree(root, ignore_errors=True)
     result, theirs = compare(oracle, _artifacts(root, *scrapes), SGLANG_POINT)
     assert "agg" in theirs and theirs["agg"]["server_metrics"]["adapter"] == "sglang", theirs
+
+
+def test_collect_shows_sglangs_arms_side_by_side_with_the_host_tiers_evidence(tmp_path: Path) -> None:
+    """One key's GPU-only point and its HiCache point, collected: each row's arm, its GPU hit rate and the host
+    tier's tokens and share of the prompt tokens (none on the GPU-only arm, whose SGLang counts no host source)."""
+    from slurmx.collect import collect as col
+    from slurmx.store.tree import SweepDir
+    from tests.helpers.synthetic import write_sweep
+
+    before, after = ((SGLANG / f"sglang_metrics_{w}.prom").read_text() for w in ("before", "after"))
+    gpu_only = [
+        "\n".join(line for line in text.splitlines() if 'cache_source="host"' not in line and "hicache" not in line)
+        for text in (before, after)
+    ]
+    rows = {
+        "hicache": (SGLANG_POINT, (before, after)),
+        "none": ({**SGLANG_POINT, "kv-offloading": "none", "kv-offload-backend": None, "total-cpu-dram-gb": 0,
+                  "exp-name": "qwen3.5_tp8_conc16_kvnone_spec-mtp", "point-id": "0123456789ac"}, gpu_only),
+    }  # fmt: skip
+    results = []
+    for arm, (row, scrapes) in rows.items():
+        _artifacts(tmp_path / arm, *scrapes)
+        results.append(
+            build_result(point_from_row(row), tmp_path / arm / "aiperf_artifacts", run=RunMeta(sweep_id="s1"))
+        )
+    sweep = SweepDir(write_sweep(tmp_path / "results", "qwen3.5-fp8-h200-sglang-agentic-mtp", "s1", results))
+    by_arm = {r.arm: r for r in col.collect([sweep]).rows}
+    assert set(by_arm) == {"none", "hicache"}
+    hicache, none = by_arm["hicache"], by_arm["none"]
+    assert (hicache.tier_tokens, hicache.tier_hit_rate) == (6029312, pytest.approx(6029312 / 60293120))
+    assert none.tier_tokens is None and none.tier_hit_rate is None
+    assert hicache.gpu_hit_rate == none.gpu_hit_rate == pytest.approx(42205184 / 60293120)

@@ -221,7 +221,7 @@ def import_one(tree: Path, inputs: Inputs, key: str, jobs: Path, pool: ThreadPoo
     stem = recipe_stem(points[0], gpu)
     held = next((f for f in inputs.recipes().files if f.path.resolve() == (jobs / f"{stem}.yaml").resolve()), None)
     if held is not None and held.recipe.match.values() != match_values(points[0]):
-        stem = key_stem(key)  # another key's recipe (another image, one script) has the script's name
+        stem = key_stem(key)  # another key's recipe (one script on another image) has the usual file name
     table = jobs / DIFFERENCES_DIR / f"{stem}.yaml"
     reviewed = load_declared(table) if table.is_file() else []
     add_reviewed_flags(key, data, reviewed)

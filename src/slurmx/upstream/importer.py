@@ -583,7 +583,7 @@ def recipe_stem(point: Point, gpu: str) -> str:
 
 
 def key_stem(key: str) -> str:
-    """A recipe's file name from its key, where the script's name is another key's recipe (two keys of one script
+    """A recipe's file name from its key, where the usual one is another key's recipe (two keys of one script
     on two images: qwen3.5-fp8-h200-sglang-agentic-mtp and -hicache-mtp)."""
     return key.replace("-agentic", "").replace("-", "_")
 

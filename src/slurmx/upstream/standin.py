@@ -225,7 +225,7 @@ def _pipe_reader() -> list[str] | None:
 
 
 def _sed(argv: list[str]) -> None:
-    """`sed` of a file of the engine's image (the capture's wrapper starts this only then: $STANDIN_IMAGE_FILES):
+    """`sed` of a file of the engine's image (the capture's wrapper starts this only then: capture.IMAGE_FILES):
     recorded with the program reading its output, if any; an in-place edit changes nothing, a read prints nothing
     (the capture has no image: the unpatched image is what the script's guard reads)."""
     reader = _pipe_reader() if "-i" not in argv else None
