@@ -68,6 +68,9 @@ IMPORTED = {
     "qwen3.5-fp8-h100-sglang-agentic-mtp": "repo-main",
     # the same script as -mtp's on another image: its own recipe file (importer.key_stem)
     "qwen3.5-fp8-h200-sglang-agentic-hicache-mtp": "repo-main",
+    # InferenceX main lists the key but holds no script for it (launch_h100-dgxc-slurm.sh would run the missing
+    # qwen3.5_fp8_h100.sh): imported and checked from the tree that has it
+    "qwen3.5-fp8-h100-sglang-agentic": "repo-lmcache-agentix",
 }
 
 pytestmark = pytest.mark.slow
