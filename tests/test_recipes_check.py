@@ -138,3 +138,26 @@ def test_srt_slurm_renders_a_vllm_config_as_srtctl_does() -> None:
 
     config = {"max_num_seqs": 8, "enforce-eager": True, "no-async-scheduling": False, "x": None, "ids": [1, 2]}
     assert srt_argv(config) == ["--enforce-eager", "--ids", "1", "2", "--max-num-seqs", "8"]
+
+
+def test_a_key_its_tree_has_no_script_for_is_named_and_left_out_of_the_default_set(tmp_path: Path) -> None:
+    """InferenceX main lists qwen3.5-fp8-h100-sglang-agentic but holds no qwen3.5_fp8_h100.sh (its recipe came from
+    repo-lmcache-agentix): `check` of main's default set compares its sibling -mtp key, names the scriptless one on
+    stderr and exits 0; named on the command line, the missing script is a one-line error, exit 2."""
+    from slurmx import paths
+
+    source = FIXTURES / "repo-main"
+    if not source.exists():
+        pytest.skip(f"InferenceX checkout not found at {source}")
+    jobs = tmp_path / "jobs"
+    (jobs / "differences").mkdir(parents=True)
+    for stem in ("qwen3.5_fp8_h100_sglang", "qwen3.5_fp8_h100_sglang_mtp"):
+        shutil.copy(paths.jobs_dir() / f"{stem}.yaml", jobs)
+        shutil.copy(paths.jobs_dir() / "differences" / f"{stem}.yaml", jobs / "differences")
+    proc = slurmx(["recipes", "check", "--inferencex", str(source), "--jobs", str(jobs)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("recipes check: 1 keys, 9 points,"), proc.stdout
+    assert "qwen3.5-fp8-h100-sglang-agentic: not compared: no agentic script for it in" in proc.stderr
+    named = ["recipes", "check", "--inferencex", str(source), "qwen3.5-fp8-h100-sglang-agentic", "--jobs", str(jobs)]
+    proc = slurmx(named, cwd=tmp_path)
+    assert proc.returncode == 2 and "no agentic script" in proc.stderr and "qwen3.5_fp8_h100.sh" in proc.stderr

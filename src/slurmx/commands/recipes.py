@@ -50,7 +50,7 @@ from slurmx.upstream.importer import (
     today,
     write_if_changed,
 )  # fmt: skip
-from slurmx.upstream.inferencex import aiperf_revision, upstream_for
+from slurmx.upstream.inferencex import AGENTIC, aiperf_revision, script_candidates, upstream_for
 from slurmx.upstream.launcher import WORKFLOW
 
 GENERIC_TABLE = Path(__file__).resolve().parents[3] / "docs" / "upstream-differences.yaml"
@@ -180,8 +180,15 @@ def run_check(args: argparse.Namespace) -> int:
     inputs = inferencex_inputs(args.inferencex, args.keys, args.jobs)
     jobs = args.jobs or paths.jobs_dir()
     keys = _keys(inputs, args.keys, need_recipe=True)
+    # of the default set, a single-node key DIR has no script for (its launcher would run a missing file) has nothing
+    # upstream to compare: named, not checked (named on the command line, it is an error)
+    unscripted = [] if args.keys else [k for k in keys if _unscripted(args.inferencex, inputs.key_points(k)[0])]
+    keys = [k for k in keys if k not in unscripted]
     compared, skipped = check_keys(args.inferencex, inputs, keys)
     found = verdict(args.inferencex, inputs, jobs, compared, skipped)
+    for key in unscripted:
+        where = args.inferencex / AGENTIC
+        print(f"slurmx: recipes check: {key}: not compared: no agentic script for it in {where}", file=sys.stderr)
     for line in found.notes:
         print(f"slurmx: recipes check: {line}", file=sys.stderr)
     for error in inputs.errors:  # a named key DIR's masters lack, or cannot expand
@@ -191,6 +198,11 @@ def run_check(args: argparse.Namespace) -> int:
     if not found.problems:
         print(f"recipes check: {found.summary}")
     return found.exit_code()
+
+
+def _unscripted(tree: Path, point: Point) -> bool:
+    """A single-node point whose agentic script, under any name its launcher picks, DIR does not hold."""
+    return not point.multinode and not any((tree / AGENTIC / name).is_file() for name in script_candidates(point))
 
 
 def launcher_notes(tree: Path, compared: list[PointCompare]) -> list[str]:
