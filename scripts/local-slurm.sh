@@ -234,6 +234,8 @@ SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# A requeued job waits cred_expire seconds before it may start again (default 120; slurm.conf(5)): 10 s here.
+AuthInfo=cred_expire=10
 CredType=cred/munge
 SlurmctldPort=$CTLD_PORT
 StateSaveLocation=$CTLD_DIR
