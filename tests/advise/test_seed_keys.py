@@ -169,7 +169,7 @@ def test_non_vllm_engines_are_not_modelled_and_dcp_multiplies_the_pool(tmp_path:
     rows: list[dict[str, Any]] = json.loads(proc.stdout)
     sglang = [r for r in rows if r["config-key"] == "dsv4-fp4-mi355x-sglang-agentic-mtp"]
     assert sglang and all(
-        r["note"] == "no prediction: the model is vLLM's prefix cache; sglang's is not modelled" for r in sglang
+        r["note"] == "no prediction: advise models an LRU block prefix cache; sglang's is not modelled" for r in sglang
     )
     # main's K3 DSpark key runs TP8-DCP8: each rank holds 1/8 of a token's KV, so the same 42.23 GiB holds 8x
     pooled = [r for r in rows if r["config-key"] == "kimik3-fp4-b300-vllm-agentic-dspark" and r["kv-pool-tokens"]]

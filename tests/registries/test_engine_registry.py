@@ -52,6 +52,7 @@ class ToyEngine:
         marker="pool holds", size=r"pool holds (?P<tokens>\d+) tokens", rank=r"\[(?P<tag>r\d+)\]", default_rank="r0"
     )
     reserved_kv_blocks = 0
+    lru_prefix_cache = False
     hash_env = frozenset({"TOY_HASH_SEED"})
     tool_call_flags: tuple[str, ...] = ("--tools",)
     loads_connectors = True

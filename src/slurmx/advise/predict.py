@@ -14,6 +14,7 @@ from slurmx.advise.seed_models import GroupedGeometry, geometry, recorded_pool
 from slurmx.advise.sessions import sessions
 from slurmx.advise.standin import PRODUCTION_TIMING, UNIT, StandIn
 from slurmx.config.clusters import ClusterProfile
+from slurmx.engines.base import argv_value
 from slurmx.errors import UserError
 from slurmx.node.provision import DATASETS
 from slurmx.node.trace import synthetic_trace, working_set_tokens
@@ -198,15 +199,9 @@ def _geometry(spec: ServingSpec, profile: ClusterProfile) -> KvGeometry | None:
     config = Path(expand(root)) / spec.model / "config.json"
     if not config.is_file():
         return None
-    return read_geometry(config, _flag(spec.engine_flags, "--kv-cache-dtype") or _flag(spec.engine_flags, "--dtype"))
-
-
-def _flag(argv: list[str], flag: str) -> str | None:
-    found = None
-    for index, word in enumerate(argv[:-1]):
-        if word == flag:
-            found = argv[index + 1]
-    return found
+    return read_geometry(
+        config, argv_value(spec.engine_flags, "--kv-cache-dtype") or argv_value(spec.engine_flags, "--dtype")
+    )
 
 
 def refusal(point: Point, error: UserError) -> Advice:
@@ -218,8 +213,8 @@ def _advise_production(point: Point, spec: ServingSpec, profile: ClusterProfile,
     grouped = geometry(spec.model, draft=spec.draft_model is not None)
     checks = constraint_checks(point, spec, profile, grouped)
     block = spec.block_size
-    if spec.engine != "vllm":  # SGLang's radix cache, ATOM's, TRT-LLM's: other eviction rules
-        note = f"no prediction: the model is vLLM's prefix cache; {spec.engine}'s is not modelled"
+    if not engines.get(spec.engine).lru_prefix_cache:  # SGLang's radix cache, ATOM's, TRT-LLM's: other rules
+        note = f"no prediction: advise models an LRU block prefix cache; {spec.engine}'s is not modelled"
         return Advice(point, note, block, checks=checks)
     if point.multinode or point.gpus < 1:  # workers on several nodes: no one engine's pool to replay through
         note = "no prediction: multinode points (several workers' pools) are not modelled; single-node points only"
@@ -281,7 +276,7 @@ def _advise_production(point: Point, spec: ServingSpec, profile: ClusterProfile,
 
 
 def _gpu_memory_utilization(argv: list[str]) -> float | None:
-    value = _flag(argv, "--gpu-memory-utilization")
+    value = argv_value(argv, "--gpu-memory-utilization")
     try:
         return float(value) if value is not None else None
     except ValueError:

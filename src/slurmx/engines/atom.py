@@ -77,6 +77,7 @@ class Atom:
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
     reserved_kv_blocks = 0
+    lru_prefix_cache = False  # its own eviction rules, which advise does not model
     hash_env: frozenset[str] = frozenset()
     # none needed: without --tool-call-parser ATOM reads the tool-call format off the model's chat template
     # (tool_parser/registry.py resolve_tool_call_parser), and the scripts pass none

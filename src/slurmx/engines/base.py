@@ -127,6 +127,7 @@ class Engine(Protocol):
     metrics: EngineMetrics
     kv_pool_log: KvPoolLog
     reserved_kv_blocks: int  # blocks of the pool no request ever holds (vLLM's null block), for `slurmx advise`
+    lru_prefix_cache: bool  # freed blocks stay cached and are evicted least recently used: what advise models
     hash_env: frozenset[str]  # env that decides the engine's prefix-cache block keys (recipe-wide only)
     tool_call_flags: tuple[str, ...]  # what an agentic recipe's tool-call requests need
     # the flag that tells the router in front of a DP-attention engine how many data-parallel ranks its one URL holds
@@ -253,3 +254,14 @@ def server_argv(
     under, loopback host and port, then the recipe's flags (vLLM's and SGLang's spell these alike)."""
     argv = [*head, *([model_flag, model] if model_flag else [model])]
     return [*argv, "--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port), *flags]
+
+
+def argv_value(argv: list[str], flag: str) -> str | None:
+    """The value after `flag` (or of `flag=VALUE`) in an argv, the last one where it repeats."""
+    found = None
+    for index, word in enumerate(argv):
+        if word == flag and index + 1 < len(argv):
+            found = argv[index + 1]
+        elif word.startswith(flag + "="):
+            found = word.partition("=")[2]
+    return found

@@ -20,6 +20,7 @@ from slurmx.engines.base import (
     NodePart,
     RecipeProblem,
     RecipeSizing,
+    argv_value,
     server_argv,
 )
 from slurmx.flags import Flags
@@ -88,6 +89,7 @@ class SGLang:
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
     reserved_kv_blocks = 0
+    lru_prefix_cache = False  # its own eviction rules, which advise does not model
     hash_env: frozenset[str] = frozenset()  # SGLang's radix cache keys on token ids, no hash seed
     tool_call_flags: tuple[str, ...] = ("--tool-call-parser",)
     router_dp_size_flag: str | None = None  # sglang-router's --dp-aware asks the worker (InferenceX's dsv4 scripts)
@@ -128,7 +130,7 @@ class SGLang:
 
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         """--max-total-tokens; else sized from --mem-fraction-static at start."""
-        tokens = _argv_value(argv, "--max-total-tokens")
+        tokens = argv_value(argv, "--max-total-tokens")
         return int(tokens) if tokens is not None and tokens.isdigit() else None
 
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -199,14 +201,3 @@ class SGLang:
 
 
 ENGINE = SGLang()
-
-
-def _argv_value(argv: list[str], flag: str) -> str | None:
-    """The value after `flag` (or of `flag=VALUE`) in an argv, the last one where it repeats."""
-    found = None
-    for index, word in enumerate(argv):
-        if word == flag and index + 1 < len(argv):
-            found = argv[index + 1]
-        elif word.startswith(flag + "="):
-            found = word.partition("=")[2]
-    return found

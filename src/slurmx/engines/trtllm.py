@@ -98,6 +98,7 @@ class TrtLlm:
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
     reserved_kv_blocks = 0
+    lru_prefix_cache = False  # its own eviction rules, which advise does not model
     hash_env: frozenset[str] = frozenset()  # block reuse keys on token ids
     tool_call_flags: tuple[str, ...] = ()  # InferenceX's TRT-LLM scripts pass no tool parser
     router_dp_size_flag: str | None = None  # no router in InferenceX's TRT-LLM scripts

@@ -16,6 +16,7 @@ from slurmx.engines.base import (
     NodePart,
     RecipeProblem,
     RecipeSizing,
+    argv_value,
     server_argv,
 )
 from slurmx.flags import Flags, render_flags
@@ -80,6 +81,7 @@ class VLLM:
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
     reserved_kv_blocks = 1  # block 0 is the pool's null block
+    lru_prefix_cache = True
     hash_env = frozenset({"VLLM_PREFIX_CACHE_HASH_SEED"})
     tool_call_flags: tuple[str, ...] = ("--enable-auto-tool-choice", "--tool-call-parser")
     router_dp_size_flag: str | None = "--intra-node-data-parallel-size"  # vllm-router's
@@ -124,7 +126,7 @@ class VLLM:
 
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         """--num-gpu-blocks-override blocks of the block size; else sized from --gpu-memory-utilization at start."""
-        blocks = _argv_value(argv, "--num-gpu-blocks-override")
+        blocks = argv_value(argv, "--num-gpu-blocks-override")
         return int(blocks) * block_size if blocks is not None and blocks.isdigit() else None
 
     def files(self, flags: list[str], run_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -296,14 +298,3 @@ class DynamoVllmWorkers:
 
 
 DYNAMO_WORKERS = DynamoVllmWorkers()
-
-
-def _argv_value(argv: list[str], flag: str) -> str | None:
-    """The value after `flag` (or of `flag=VALUE`) in an argv, the last one where it repeats."""
-    found = None
-    for index, word in enumerate(argv):
-        if word == flag and index + 1 < len(argv):
-            found = argv[index + 1]
-        elif word.startswith(flag + "="):
-            found = word.partition("=")[2]
-    return found
