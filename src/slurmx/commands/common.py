@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs, load_inputs
-from slurmx.results import certify
-from slurmx.store.ledger import UntilCertified
+
+if TYPE_CHECKING:
+    from slurmx.store.ledger import UntilCertified
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +68,9 @@ def until_of(args: argparse.Namespace) -> UntilCertified | None:
         if given:
             raise UserError(f"{given[0]}: only with --until-certified")
         return None
+    from slurmx.results import certify  # with the flag only: plan and render without it import neither
+    from slurmx.store.ledger import UntilCertified
+
     try:
         percentiles = certify.parse_percentiles(args.until_certified)
     except ValueError as exc:

@@ -11,13 +11,12 @@ Exit 0; 2 for bad input (a key the index does not hold, a database it cannot ope
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from slurmx import paths
 from slurmx.collect import report
+from slurmx.commands.indexed import add_index_options, open_and_ingest
 from slurmx.errors import UserError
-from slurmx.history import dashboard, index
+from slurmx.history import dashboard
 from slurmx.store import atomic
 
 
@@ -30,35 +29,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("keys", nargs="*", metavar="KEY", help="config keys (default: every key in the index)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="where index.html is written")
-    parser.add_argument(
-        "--results",
-        type=Path,
-        action="append",
-        metavar="DIR",
-        help="results tree to ingest first (repeatable; default: ./results or $SLURMX_RESULTS)",
-    )
-    parser.add_argument(
-        "--db", metavar="URL", help=f"database URL or SQLite path (default: ${index.ENV_DB}, else beside the tree)"
-    )
-    parser.add_argument("--no-ingest", action="store_true", help="read the index as it is (no results tree read)")
+    add_index_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if not report.available():
         raise UserError("the dashboard needs jinja2 and matplotlib: pip install 'slurmx[report]'")
-    roots: list[Path] = args.results or [paths.default_results()]
-    engine = index.open_index(index.url_of(args.db, roots[0]))
+    engine = open_and_ingest(args)
     database = engine.url.render_as_string(hide_password=True)
     try:
-        if not args.no_ingest:
-            for root in roots:
-                if not root.is_dir():
-                    raise UserError(f"--results {root}: no such directory")
-            ingested = index.ingest(engine, roots)
-            print(ingested.line(), file=sys.stderr)
-            for sk in ingested.skipped:
-                print(f"  not indexed: {sk.path}: {sk.reason}", file=sys.stderr)
         known = dashboard.keys_in(engine)
         missing = [k for k in args.keys if k not in known]
         if missing:

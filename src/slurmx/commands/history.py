@@ -18,11 +18,10 @@ import argparse
 import datetime
 import json
 import sys
-from pathlib import Path
 
-from slurmx import paths
 from slurmx.collect.compare import parse_threshold
 from slurmx.collect.repeats import METRIC
+from slurmx.commands.indexed import add_index_options, open_and_ingest
 from slurmx.errors import UserError
 from slurmx.history import changes as ch
 from slurmx.history import index
@@ -39,17 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("key", metavar="KEY", help="config key")
-    parser.add_argument(
-        "--results",
-        type=Path,
-        action="append",
-        metavar="DIR",
-        help="results tree to ingest first (repeatable; default: ./results or $SLURMX_RESULTS)",
-    )
-    parser.add_argument(
-        "--db", metavar="URL", help=f"database URL or SQLite path (default: ${index.ENV_DB}, else beside the tree)"
-    )
-    parser.add_argument("--no-ingest", action="store_true", help="read the index as it is (no results tree read)")
+    add_index_options(parser)
     parser.add_argument(
         "--metric", choices=tuple(METRIC), default=DEFAULT_METRIC, help="the metric to follow (default: %(default)s)"
     )
@@ -68,17 +57,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     threshold = parse_threshold(args.fail_on_regression) if args.fail_on_regression else None
-    roots: list[Path] = args.results or [paths.default_results()]
-    engine = index.open_index(index.url_of(args.db, roots[0]))
+    engine = open_and_ingest(args)
     try:
-        if not args.no_ingest:
-            for root in roots:
-                if not root.is_dir():
-                    raise UserError(f"--results {root}: no such directory")
-            report = index.ingest(engine, roots)
-            print(report.line(), file=sys.stderr)
-            for sk in report.skipped:
-                print(f"  not indexed: {sk.path}: {sk.reason}", file=sys.stderr)
         metric = METRIC[args.metric]
         series = history(engine, args.key, metric, only_of(args))
         skipped = index.skipped_files(engine, args.key)
