@@ -22,8 +22,8 @@ from slurmx.recipes.model import PipInstall, Provision, Replay
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.runtimes.venv import VenvRuntime
-from slurmx.store.ledger import queue_point
-from slurmx.store.tree import ResultsTree
+from slurmx.store.ledger import PointRecord, queue_point
+from slurmx.store.tree import PointDir, ResultsTree
 from slurmx.submit.resolved import resolve_points
 
 
@@ -104,13 +104,19 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
 
 
-def test_lmcache_falling_back_to_torch_ops_fails_the_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _queued_lmcache_point(tmp_path: Path) -> tuple[PointDir, PointRecord]:
+    """The local key's first LMCache point, queued in a results tree under tmp_path as submit leaves it."""
     key = "tiny-fp32-local-vllm-agentic-lmcache"
     inputs = load_inputs(None, None, [key])
     item = next(r for r in resolve_points(inputs.points, inputs) if r.point.backend_name == "lmcache")
     point = ResultsTree(tmp_path / "results").sweep(key, "s1").point(item.point.point_id)
     record = item.record("s1")
     queue_point(point, record)
+    return point, record
+
+
+def test_lmcache_falling_back_to_torch_ops_fails_the_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    point, record = _queued_lmcache_point(tmp_path)
     fake = tmp_path / "lmcache"
     fake.write_text(FAKE_LMCACHE.format(python=sys.executable))
     fake.chmod(0o755)
@@ -392,12 +398,7 @@ def test_the_checks_run_side_by_side_and_the_first_failure_in_plan_order_is_the_
 def test_the_lmcache_server_starts_beside_the_checks_and_a_failed_check_is_the_cause(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    key = "tiny-fp32-local-vllm-agentic-lmcache"
-    inputs = load_inputs(None, None, [key])
-    item = next(r for r in resolve_points(inputs.points, inputs) if r.point.backend_name == "lmcache")
-    point = ResultsTree(tmp_path / "results").sweep(key, "s1").point(item.point.point_id)
-    record = item.record("s1")
-    queue_point(point, record)
+    point, record = _queued_lmcache_point(tmp_path)
     assert record.serving is not None
     # what the servers' start needs is found: a torch package on the engine's path (its libraries' directory)
     # and the model; lmcache's version and its connector are not (no lmcache in this environment)
