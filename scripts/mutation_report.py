@@ -3,9 +3,11 @@
 usage: mutmut results --all true | python scripts/mutation_report.py MODULE...
        mutmut results --all true | python scripts/mutation_report.py --pending MODULE
 (--pending: the module's mutants still to run, one a line: all of them as MODULE.* when none has
-been generated yet, else those not killed so far; nothing when every one is killed.)
+been generated yet, else those not killed so far; nothing when every one is killed.
+--timeouts: the module's timed-out mutants, which scripts/mutation reruns alone.)
 The score is killed / checked, where checked = killed + survived + no tests (a mutant no fast test
-even runs is a survivor); timeouts count as killed (the mutant hung the code), mutants mutmut has
+even runs is a survivor); timeouts count as killed (the mutant hung the code: scripts/mutation has rerun
+each alone, so a timeout left here reproduced without other load), mutants mutmut has
 not run yet are listed as not checked and left out of the score.
 """
 
@@ -53,6 +55,12 @@ def pending(module: str) -> int:
     return 0
 
 
+def timeouts(module: str) -> int:
+    """The module's timed-out mutants, one a line: scripts/mutation reruns each alone."""
+    print("\n".join(name for name, state in sorted(read_status([module])[module].items()) if state == "timeout"))
+    return 0
+
+
 def main(modules: list[str]) -> int:
     status = read_status(modules)
     total: Counter[str] = Counter()
@@ -77,4 +85,6 @@ def main(modules: list[str]) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--pending"]:
         sys.exit(pending(sys.argv[2]))
+    if sys.argv[1:2] == ["--timeouts"]:
+        sys.exit(timeouts(sys.argv[2]))
     sys.exit(main(sys.argv[1:]))
