@@ -18,3 +18,11 @@ def fixtures() -> Path:
             pytest.fail(f"InferenceX fixtures not found at {FIXTURES} (set SLURMX_FIXTURES)")
         pytest.skip(f"InferenceX fixtures not found at {FIXTURES}")
     return FIXTURES
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # mutmut's stats run (scripts/mutation) marks its own process "stats"; a CLI child started from a fresh
+    # directory inherited that and tried to record hits with no mutmut config there (its hits are never read):
+    # children run the plain code, the tests' own process keeps mutmut's process-local mark
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        del os.environ["MUTANT_UNDER_TEST"]
