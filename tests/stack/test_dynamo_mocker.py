@@ -5,7 +5,7 @@ agrees with. Labelled as a simulator in the record and the result (image SIMULAT
 cluster:local-mocker) and in the engine's log.
 
 Not in CI's default run: it needs a venv with ai-dynamo (docs/local-stack.md, "Dynamo mocker"), named by
-SLURMX_DYNAMO_PYTHON; without it the test skips. About 50 s on the 2-core machine (one point: 6 s to the engine's
+SLURMX_DYNAMO_PYTHON; without it the test skips. 41-70 s on the 2-core machine (one point: 6 s to the engine's
 health, 29 s of replay).
 """
 
