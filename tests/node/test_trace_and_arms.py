@@ -67,7 +67,7 @@ def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path)
     simple_argv = argv = plan.engine.argv
     connector = json.loads(argv[argv.index("--kv-transfer-config") + 1])
     assert connector["kv_connector"] == "SimpleCPUOffloadConnector"
-    assert connector["kv_connector_extra_config"]["cpu_bytes_to_use_per_rank"] == int(1889 * 1e9 / 8)
+    assert connector["kv_connector_extra_config"]["cpu_bytes_to_use_per_rank"] == 236_125_000_000  # 1889e9 B / 8
     assert [p.name for p in plan.servers] == ["engine"]
     assert "PYTHONPATH" not in plan.engine.env  # the local stack's shim never reaches a production render
 
@@ -80,7 +80,7 @@ def test_vllm_simple_and_mooncake_arms_render_with_their_budgets(tmp_path: Path)
     connector = json.loads(argv[argv.index("--kv-transfer-config") + 1])
     assert connector["kv_connector"] == "MooncakeStoreConnector"
     assert connector["kv_load_failure_policy"] == "recompute"
-    assert connector["kv_connector_extra_config"]["global_segment_size_gb"] == round(1889 / 8, 3)
+    assert connector["kv_connector_extra_config"]["global_segment_size_gb"] == 236.125  # 1889 GB / 8
     mooncake_argv = argv
     for arm_argv in (simple_argv, mooncake_argv):  # every arm keeps the base's tool-call flags
         assert "--enable-auto-tool-choice" in arm_argv and "--tool-call-parser" in arm_argv

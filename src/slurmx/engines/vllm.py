@@ -69,7 +69,7 @@ class VLLM:
     name = "vllm"
     computed_flags = frozenset({
         "--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel", "--pipeline-parallel-size",
-        "--decode-context-parallel-size", "--max-num-seqs", "--kv-transfer-config", "--host", "--port",
+        "--decode-context-parallel-size", "--prefill-context-parallel-size", "--max-num-seqs", "--kv-transfer-config", "--host", "--port",
         "--served-model-name", "--model", "--data-parallel-size-local", "--data-parallel-address",
         "--data-parallel-rpc-port", "--data-parallel-start-rank", "--headless", "--nnodes", "--node-rank",
         "--master-addr", "--master-port", "--revision",
@@ -108,7 +108,7 @@ class VLLM:
             if worker.pp > 1:
                 flags += ["--pipeline-parallel-size", str(worker.pp)]
             return flags
-        return server_parallel_flags(point.tp, point.ep, point.dp_attn, point.pp, point.dcp_size)
+        return server_parallel_flags(point.tp, point.ep, point.dp_attn, point.pp, point.dcp_size, point.pcp_size)
 
     def ready_timeout_s(self, env: Mapping[str, str]) -> int:
         value = env.get(READY_TIMEOUT_ENV, "")
@@ -253,7 +253,9 @@ def transfer_config(offload: KvOffload) -> dict[str, Any]:
     return config
 
 
-def server_parallel_flags(tp: int, ep: int, dp_attn: bool, pp: int = 1, dcp_size: int = 1) -> list[str]:
+def server_parallel_flags(
+    tp: int, ep: int, dp_attn: bool, pp: int = 1, dcp_size: int = 1, pcp_size: int = 1
+) -> list[str]:
     """vLLM's parallel flags of one server (a single-node point, or one disaggregated worker): data-parallel
     attention over tp ranks, otherwise tensor parallelism; experts spread when ep > 1 (InferenceX's scripts pass
     --enable-expert-parallel on EP_SIZE > 1 alone: dsv4-fp4-mi355x runs DP attention with ep 1)."""
@@ -268,6 +270,8 @@ def server_parallel_flags(tp: int, ep: int, dp_attn: bool, pp: int = 1, dcp_size
         flags += ["--pipeline-parallel-size", str(pp)]
     if dcp_size > 1:
         flags += ["--decode-context-parallel-size", str(dcp_size)]
+    if pcp_size > 1:  # the point's GPUs and budget count tp*pp*pcp ranks: vLLM must start them all
+        flags += ["--prefill-context-parallel-size", str(pcp_size)]
     return flags
 
 
@@ -286,7 +290,7 @@ class DynamoVllmWorkers:
             "python3", "-m", "dynamo.vllm",
             "--model", model_path, "--served-model-name", served_model_name,
             "--disaggregation-mode", role,
-            *server_parallel_flags(worker.tp, worker.ep, worker.dp_attn, worker.pp, worker.dcp_size),
+            *server_parallel_flags(worker.tp, worker.ep, worker.dp_attn, worker.pp, worker.dcp_size, worker.pcp_size),
             *render_flags({TRANSFER_FLAG: transfer}),
         ]  # fmt: skip
 
