@@ -15,7 +15,7 @@ from slurmx.node import ports as ports_mod
 from slurmx.node.identity import MARKER_ENV
 from slurmx.node.ports import free_port, free_ports
 from slurmx.node.procscan import find_job_processes, is_running, kill_survivors
-from slurmx.node.redact import REDACTED, is_secret_name, redact_argv, redact_env
+from slurmx.node.redact import REDACTED, SECRET_WORDS, is_secret_name, redact_argv, redact_env
 
 PY = sys.executable
 SLEEP = [PY, "-c", "import time; time.sleep(60)"]
@@ -128,3 +128,34 @@ def test_redaction_of_env_and_argv() -> None:
         "--max-num-batched-tokens",
         "8192",
     ]
+
+
+# Each of the eight secret words alone in a name (no other secret word beside it), and a name holding its letters
+# inside a longer word, which the whole-word rule leaves visible.
+EACH_WORD = [
+    ("TOKEN", "HF_TOKEN", "TOKENIZERS_PARALLELISM"),
+    ("SECRET", "CLIENT_SECRET", "SECRETARY_NAME"),
+    ("PASSWORD", "DB_PASSWORD", "PASSWORDLESS_LOGIN"),
+    ("PASSWD", "MYSQL_PASSWD", "PASSWDQC_MODE"),
+    ("KEY", "SSH_KEY", "MONKEY_PATCH"),
+    ("APIKEY", "OPENAI_APIKEY", "APIKEYRING_DIR"),
+    ("CREDENTIAL", "AZURE_CREDENTIAL", "CREDENTIALED_USERS"),
+    ("CREDENTIALS", "GOOGLE_APPLICATION_CREDENTIALS", "NOCREDENTIALS_MODE"),
+]
+
+
+def test_the_words_under_test_are_the_eight_secret_words() -> None:
+    assert sorted(word for word, _, _ in EACH_WORD) == sorted(SECRET_WORDS) and len(SECRET_WORDS) == 8
+
+
+@pytest.mark.parametrize(("word", "secret", "plain"), EACH_WORD)
+def test_each_secret_word_alone_is_redacted_and_its_letters_inside_a_word_are_not(
+    word: str, secret: str, plain: str
+) -> None:
+    assert [w for w, _, _ in EACH_WORD if w in secret.split("_")] == [word]  # the one secret word of the name
+    assert redact_env({secret: "s3cr3t", plain: "visible"}) == {secret: REDACTED, plain: "visible"}
+    assert redact_env({secret.lower(): "s3cr3t"}) == {secret.lower(): REDACTED}  # any case
+    flag, other = "--" + secret.lower().replace("_", "-"), "--" + plain.lower().replace("_", "-")
+    assert redact_argv(["x", flag, "s3cr3t", f"{flag}=s3cr3t", other, "visible", f"{other}=visible"]) == [
+        "x", flag, REDACTED, f"{flag}={REDACTED}", other, "visible", f"{other}=visible"
+    ]  # fmt: skip
