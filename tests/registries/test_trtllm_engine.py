@@ -13,6 +13,8 @@ import yaml
 
 from slurmx import engines
 from slurmx.engines.base import RecipeSizing
+from slurmx.errors import UserError
+from slurmx.upstream.inferencex import AGENTIC, script_for
 from tests.helpers.points import point_from_row
 
 TRT = engines.get("trt")
@@ -113,3 +115,28 @@ def test_every_rendered_point_writes_its_config_and_names_it(tmp_path: Path) -> 
         assert config["max_batch_size"] == point.conc
         assert config["kv_cache_config"]["tokens_per_block"] == recipe["engine"]["block-size"]
         assert config["speculative_config"]["speculative_model"].endswith("/MiniMax-M3-EAGLE3-GQA")
+
+
+@pytest.mark.parametrize(
+    ("framework", "scripts", "picked"),
+    [
+        ("trt", ["m_fp4_b300_mtp.sh", "m_fp4_b300_trt_mtp.sh"], "m_fp4_b300_trt_mtp.sh"),
+        ("trt", ["m_fp4_b300_mtp.sh"], None),  # the bare name is another engine's script (minimaxm3_fp4_b300_mtp.sh)
+        ("sglang", ["m_fp4_b300_mtp.sh"], "m_fp4_b300_mtp.sh"),
+        ("sglang", ["m_fp4_b300_mtp.sh", "m_fp4_b300_sglang_mtp.sh"], "m_fp4_b300_sglang_mtp.sh"),
+    ],
+)
+def test_the_launchers_script_pick_tags_trtllm_historical_name(
+    tmp_path: Path, framework: str, scripts: list[str], picked: str | None
+) -> None:
+    """launch_b300-nv.sh: the framework-tagged script, else the historical name with FRAMEWORK_SUFFIX, `_trt` for trt
+    only: a TRT-LLM point never runs the bare script of its model."""
+    (tmp_path / AGENTIC).mkdir(parents=True)
+    for name in scripts:
+        (tmp_path / AGENTIC / name).write_text("#!/bin/bash\n")
+    point = point_from_row({**ROW, "framework": framework, "spec-decoding": "mtp", "exp-name": "m_agentic"})
+    if picked is None:
+        with pytest.raises(UserError, match="no agentic script"):
+            script_for(tmp_path, point)
+    else:
+        assert script_for(tmp_path, point) == tmp_path / AGENTIC / picked

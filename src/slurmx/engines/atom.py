@@ -91,6 +91,8 @@ class Atom:
     cache_env: tuple[str, ...] = ()
     env_prefixes: tuple[str, ...] = ("ATOM_", "AITER_", "OFFLOAD_")
     image_packages: tuple[str, ...] = ("atom", "aiter")
+    image_dirs: tuple[str, ...] = ()
+    script_suffix = ""
     loads_connectors = True  # its in-process LMCache tier (CONNECTORS); no vLLM connector class
     # unverified: ATOM's EngineArgs as read (atom/model_engine/arg_utils.py) name no revision flag and no ATOM script
     # pins one; a recipe's model-revision on ATOM is untried

@@ -124,6 +124,12 @@ class Engine(Protocol):
     # the Python packages its images hold that a script's container patch resolves and patches (the capture's
     # sandbox site-packages has them)
     image_packages: tuple[str, ...]
+    # where the image's own checkout of the engine lies, whose files a script may edit in place (`sed -i`): the
+    # capture records such an edit instead of running it
+    image_dirs: tuple[str, ...]
+    # what InferenceX's launchers append to this engine's historical script name, the one without the framework
+    # (their FRAMEWORK_SUFFIX), tried when no framework-tagged script exists
+    script_suffix: str
     metrics: EngineMetrics
     kv_pool_log: KvPoolLog
     reserved_kv_blocks: int  # blocks of the pool no request ever holds (vLLM's null block), for `slurmx advise`

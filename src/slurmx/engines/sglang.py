@@ -100,6 +100,9 @@ class SGLang:
     cache_env: tuple[str, ...] = ()
     env_prefixes: tuple[str, ...] = ("SGLANG_", "SGL_")
     image_packages: tuple[str, ...] = ("sglang", "sgl_kernel")
+    # the image's SGLang checkout (qwen3.5_fp8_h{100,200}_mtp.sh's `sed -i` of its multi_tokenizer_mixin.py)
+    image_dirs: tuple[str, ...] = ("/sgl-workspace/",)
+    script_suffix = ""
     loads_connectors = False  # HiCache is its own tier; it plugs in no vLLM-style connector class
     revision_flag = "--revision"
     model_flag: str | None = "--model-path"

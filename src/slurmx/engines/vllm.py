@@ -89,6 +89,8 @@ class VLLM:
     cache_env: tuple[str, ...] = ("VLLM_CACHE_ROOT",)
     env_prefixes: tuple[str, ...] = ("VLLM_",)
     image_packages: tuple[str, ...] = ("vllm", "aiter")  # aiter: the ROCm images' kernels, beside vllm
+    image_dirs: tuple[str, ...] = ()
+    script_suffix = ""
     loads_connectors = True
     revision_flag = "--revision"
     model_flag: str | None = None  # `vllm serve MODEL`

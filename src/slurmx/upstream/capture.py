@@ -70,10 +70,9 @@ POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
 # TRITON_PTXAS_PATH, where production's container exports its image's ptxas (docs/recipes.md).
 HOST_READS = ("/sys/class/infiniband/", "/usr/local/")
 HOST_READERS = ("grep", "cat", "find")
-# The engine image's own files a script edits in place before serving (qwen3.5_fp8_h{100,200}_mtp.sh's `sed -i` of
-# SGLang's multi_tokenizer_mixin.py under /sgl-workspace, the image's SGLang checkout): `sed` naming one is recorded
-# (standin._sed), never run; any other `sed` is the real one
-IMAGE_FILES = ("/sgl-workspace/",)
+# The engine image's own files a script edits in place before serving (each engine's image_dirs): `sed` naming one is
+# recorded (standin._sed), never run; any other `sed` is the real one
+IMAGE_FILES = tuple(dict.fromkeys(d for e in engines.REGISTRY.values() for d in e.image_dirs))
 _SED = """#!/bin/sh
 for a do
   case $a in {cases}) exec {python} -S -E {standin} tool sed "$@";; esac

@@ -7,6 +7,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
+from slurmx import engines
 from slurmx.errors import UserError
 from slurmx.plan import Point
 from slurmx.upstream.capture import AIPERF_SUBMODULE, Upstream
@@ -20,11 +21,12 @@ WORKSPACE = "/workspace"
 
 def script_candidates(point: Point) -> list[str]:
     """The launchers' pick (launch_b200-dgxc.sh, launch_b300-nv.sh): the framework-tagged name, else the
-    historical name without the engine (`_trt` for trt); the GPU is the cluster label's first part."""
+    historical name without the engine (the engine's script_suffix); the GPU is the cluster label's first part."""
     gpu = point.runner.removeprefix("cluster:").split("-")[0]
     base = f"{point.exp_name.split('_')[0]}_{point.precision}_{gpu}"
     mtp = "_mtp" if point.spec_decoding == "mtp" else ""
-    fallback = "_trt" if point.framework == "trt" else ""
+    engine = engines.REGISTRY.get(point.framework)
+    fallback = engine.script_suffix if engine is not None else ""  # a framework slurmx has no engine for: bare
     return [f"{base}_{point.framework}{mtp}.sh", f"{base}{fallback}{mtp}.sh"]
 
 
