@@ -181,3 +181,57 @@ def test_an_image_files_guarded_sed_is_recorded_with_its_guard_and_any_other_sed
     assert provision_facts(started, {})[("provision", f"edit {image}")] == (
         "sed -i '/x/a\\\n  done=1' unless sed -n /x/,/y/p | grep -q done=1"
     )
+
+
+def test_a_find_of_the_images_tree_is_recorded_as_spelled_and_its_answer_exported(
+    fixtures: Path, tmp_path: Path
+) -> None:
+    """dsv4_fp4_b200_sglang_mtp.sh sets TRITON_PTXAS_PATH to the first ptxas a `find` of the image's /usr/local/cuda* and
+    Python nvidia packages finds, exported only when found. Under capture that find is recorded with its globs as the
+    script spells them (whatever this machine's own /usr/local/ holds), answers a stand-in, and the engine gets it:
+    the facts name the search and the engine's env as slurmx's provisioning and render name them."""
+    from slurmx.node.provision import find_search
+    from slurmx.upstream.facts import image_finds
+
+    tree, key = fixtures / "repo-main", "dsv4-fp4-b200-sglang-agentic-hicache-mtp"
+    point = load_inputs(None, None, [key], inferencex=tree).key_points(key)[0]
+    cap = capture(point, upstream_for(tree, point), tmp_path / "work")
+    assert cap.returncode == 0, cap.failure()
+    roots = [
+        "/usr/local/cuda*",
+        "/usr/local/lib/python*/dist-packages/nvidia",
+        "/usr/local/lib/python*/site-packages/nvidia",
+    ]
+    tests = ["-type", "f", "-name", "ptxas", "-perm", "-u+x"]
+    (find,) = cap.named("find")
+    assert find.argv == [*roots, *tests, "-print", "-quit"]
+    assert "Using ptxas for Triton: /standin/image/ptxas" in cap.log
+    (engine,) = [s for s, name in zip(cap.started, process_names(cap.started), strict=True) if name == "engine"]
+    assert engine.env["TRITON_PTXAS_PATH"] == "/standin/image/ptxas"
+    assert set(image_finds(cap.started)) == {"TRITON_PTXAS_PATH"}
+    facts = upstream_facts(cap, capture_paths(str(cap.work_dir), "{work}/model"))
+    assert (
+        facts[("provision", "find-env TRITON_PTXAS_PATH")]
+        == find_search(roots, tests)
+        == (
+            "find /usr/local/cuda* /usr/local/lib/python*/dist-packages/nvidia /usr/local/lib/python*/site-packages/nvidia"
+            " -type f -name ptxas -perm -u+x -print -quit 2>/dev/null || true"
+        )
+    )
+    assert facts[("engine", "env TRITON_PTXAS_PATH")] == "$TRITON_PTXAS_PATH"  # as render shows what the node finds
+    assert not any(item == "file BASH_ENV" for _, item in facts)  # the capture's own glob setting is no fact
+
+
+def test_a_find_of_anything_but_the_images_tree_is_the_real_one(tmp_path: Path) -> None:
+    """benchmark_lib.sh finds its results with find: only a search of the image's tree is a stand-in's."""
+    from slurmx.upstream.capture import _stand_ins
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "standin.jsonl"
+    _stand_ins(bin_dir)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.json").write_text("{}")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STANDIN_LOG": str(log), "STANDIN_BIN": str(bin_dir)}
+    done = subprocess.run(
+        [str(bin_dir / "find"), str(tmp_path / "results"), "-name", "*.json"], env=env, capture_output=True, text=True
+    )
+    assert done.stdout == f"{tmp_path}/results/a.json\n" and not log.exists()

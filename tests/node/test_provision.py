@@ -15,9 +15,11 @@ from slurmx.backends.lmcache import CONNECTOR_MODULE, LMCacheSpec
 from slurmx.config.clusters import RuntimeProfile
 from slurmx.inputs import load_inputs
 from slurmx.node import provision, serving_body
+from slurmx.node.launch import launch_plan
 from slurmx.node.recorder import PointFailed, StageRecorder
 from slurmx.node.serving_body import Member, start_servers
 from slurmx.node.supervisor import Supervisor
+from slurmx.process import ServerPorts
 from slurmx.recipes.model import PipInstall, Provision, Replay
 from slurmx.recipes.spec import ServingSpec
 from slurmx.runtimes.pyxis import PyxisRuntime
@@ -474,3 +476,84 @@ def test_no_check_runs_while_an_install_changes_the_environment(tmp_path: Path) 
         begun, ended = spans[install]
         for pid, (start, end) in spans.items():
             assert pid == install or end <= begun or start >= ended, f"{pid} ran during install {install}: {spans}"
+
+
+# dsv4_fp4_b200_sglang_mtp.sh:174-178's search for Triton's ptxas, its roots moved under a fake image root
+PTXAS_TESTS = ["-type", "f", "-name", "ptxas", "-perm", "-u+x"]
+
+
+def _ptxas_spec(image: Path) -> ServingSpec:
+    from slurmx.backends.none import NoneSpec
+    from slurmx.recipes.model import FindEnv
+
+    roots = [f"{image}/usr/local/cuda*", f"{image}/usr/local/lib/python*/dist-packages/nvidia",
+             f"{image}/usr/local/lib/python*/site-packages/nvidia"]  # fmt: skip
+    find = FindEnv(name="TRITON_PTXAS_PATH", roots=roots, tests=PTXAS_TESTS)
+    return _spec().model_copy(update={"backend": NoneSpec(name="none"), "provision": Provision(find_env=[find])})
+
+
+def _venv_with_model(tmp_path: Path) -> VenvRuntime:
+    (tmp_path / "tiny").mkdir()  # the model provisioning finds
+    (tmp_path / "tiny" / "config.json").write_text("{}")
+    return _venv(tmp_path)
+
+
+def test_a_find_env_exports_the_file_the_search_finds_in_the_job_environment(tmp_path: Path) -> None:
+    """Where the image holds a ptxas under one of the script's roots (a glob matching cuda-12.9, a second root that is
+    only a directory), provisioning runs the script's search in the runtime and the engine starts with its path."""
+    image = tmp_path / "image"
+    ptxas = image / "usr/local/cuda-12.9/bin/ptxas"
+    ptxas.parent.mkdir(parents=True)
+    ptxas.write_text("#!/bin/sh\n")
+    ptxas.chmod(0o755)
+    (image / "usr/local/lib/python3.12/dist-packages/nvidia").mkdir(parents=True)
+    (image / "usr/local/cuda-12.9/bin/readme").write_text("not ptxas")
+    spec = _ptxas_spec(image)
+    runtime = _venv_with_model(tmp_path)
+    steps = {s.item: s for s in provision.plan(spec, runtime)}
+    assert steps["find-env TRITON_PTXAS_PATH"].value == (
+        f"find {image}/usr/local/cuda* {image}/usr/local/lib/python*/dist-packages/nvidia "
+        f"{image}/usr/local/lib/python*/site-packages/nvidia -type f -name ptxas -perm -u+x -print -quit 2>/dev/null || true"
+    )
+    with Supervisor(tmp_path, f"find-env-a-{os.getpid()}") as sup:
+        provisioning = provision.start(spec, runtime, sup)
+        env = provisioning.provisioned.env
+        provisioning.finish()
+    assert env == {"engine": {"TRITON_PTXAS_PATH": str(ptxas)}}
+    (engine,) = [p for p in launch_plan(spec, ServerPorts(engine=8000), runtime, env).servers if p.name == "engine"]
+    assert engine.env["TRITON_PTXAS_PATH"] == str(ptxas)  # what the node starts the engine with
+    record = next(r for r in provisioning.provisioned.record if r["step"] == "find-env TRITON_PTXAS_PATH")
+    assert json.loads(record["result"]) == {"TRITON_PTXAS_PATH": str(ptxas)}  # the point's lock records it
+
+
+def test_a_find_env_that_finds_nothing_exports_nothing(tmp_path: Path) -> None:
+    """An image without a ptxas (one that is not executable does not count, as -perm -u+x has it): nothing exported,
+    and the record says so."""
+    image = tmp_path / "image"
+    plain = image / "usr/local/cuda-12.9/bin/ptxas"
+    plain.parent.mkdir(parents=True)
+    plain.write_text("")
+    plain.chmod(0o644)
+    with Supervisor(tmp_path, f"find-env-b-{os.getpid()}") as sup:
+        provisioning = provision.start(_ptxas_spec(image), _venv_with_model(tmp_path), sup)
+        env = provisioning.provisioned.env
+        provisioning.finish()
+    assert "TRITON_PTXAS_PATH" not in env.get("engine", {})
+    record = next(r for r in provisioning.provisioned.record if r["step"] == "find-env TRITON_PTXAS_PATH")
+    assert json.loads(record["result"]) == {}
+
+
+def test_render_shows_a_find_env_as_found_on_the_node_beside_torchs_libraries() -> None:
+    spec = _ptxas_spec(Path("/img")).model_copy(update={"backend": _spec().backend})
+    env = provision.review_env(spec)
+    assert env["engine"] == {"LD_LIBRARY_PATH": provision.REVIEW_TORCH_LIB, "TRITON_PTXAS_PATH": "$TRITON_PTXAS_PATH"}
+    assert provision.review_env(_spec())["engine"] == {"LD_LIBRARY_PATH": provision.REVIEW_TORCH_LIB}
+
+
+def test_a_find_env_root_that_is_not_a_plain_path_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from slurmx.recipes.model import FindEnv
+
+    with pytest.raises(ValidationError, match=r"/usr/local/cuda\*; rm -rf /: not an absolute path"):
+        FindEnv(name="X", roots=["/usr/local/cuda*; rm -rf /"], tests=["-name", "x"])

@@ -120,6 +120,21 @@ _RUN = (
     "os.execvp(program, [program, path, *args])\n"
 )
 
+# A recipe's find-env: the script's `NAME=$(find ROOTS TESTS -print -quit 2>/dev/null || true)`, run by bash in the
+# job's runtime (its globs expand there, as the script's do); prints {"NAME": path}, or {} where it finds nothing.
+_FIND = (
+    "import json, subprocess, sys\n"
+    "name, search = sys.argv[1:3]\n"
+    "found = subprocess.run(['bash', '-c', search], capture_output=True, text=True).stdout.strip()\n"
+    "print(json.dumps({name: found} if found else {}))\n"
+)
+
+
+def find_search(roots: Sequence[str], tests: Sequence[str]) -> str:
+    """The search as the script's bash runs it (roots unquoted: their globs expand in the job's runtime), which is also
+    how `recipes check` names it."""
+    return f"find {' '.join(roots)} {shlex.join(tests)} -print -quit 2>/dev/null || true"
+
 
 def script_value(program: str, args: Sequence[str], sha256: str) -> str:
     """How an upstream script's run is named (both sides of `recipes check`): its program, arguments and digest."""
@@ -279,15 +294,29 @@ def _recipe_steps(spec: ServingSpec, runtime: Runtime) -> list[Step]:
             why = f"the recipe edits the image's {edit.path}; this runtime installs nothing (its environment is not the job's own)"
             argv = [py, "-c", f"import sys; sys.exit({why!r})"]
         steps.append(_step(runtime, item, value, argv))
+    for find in spec.provision.find_env:  # a read of the image, on every runtime: the engine's own environment
+        search = find_search(find.roots, find.tests)
+        steps.append(_step(runtime, f"find-env {find.name}", search, [py, "-c", _FIND, find.name, search]))
     return steps
 
 
 def review_env(spec: ServingSpec) -> dict[str, dict[str, str]]:
-    """The env provisioning gives each process, as render shows it (the directory found on the node named)."""
-    return _torch_env(spec, {
+    """The env provisioning gives each process, as render shows it (the directory or file found on the node named)."""
+    env = _torch_env(spec, {
         "ld_preload": ":".join(f"{REVIEW_TORCH_LIB}/{name}" for name in TORCH_LIBS),
         "ld_library_path": REVIEW_TORCH_LIB,
     })  # fmt: skip
+    found = {find.name: review_found(find.name) for find in spec.provision.find_env}
+    return _merged(env, {"engine": found} if found else {})
+
+
+def review_found(name: str) -> str:
+    """What render shows for a find-env's file, which only the search on the node knows (set only where it finds one)."""
+    return f"${name}"
+
+
+def _merged(env: dict[str, dict[str, str]], more: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    return {name: {**env.get(name, {}), **more.get(name, {})} for name in {**env, **more}}
 
 
 def _torch_env(spec: ServingSpec, found: dict[str, str]) -> dict[str, dict[str, str]]:
@@ -301,9 +330,9 @@ def _torch_env(spec: ServingSpec, found: dict[str, str]) -> dict[str, dict[str, 
     return {**{name: {"LD_PRELOAD": found["ld_preload"], **path} for name in servers}, "engine": dict(path)}
 
 
-# What the servers' start needs answered first: the env of torch's libraries, the model the engine loads. Pip
-# installs and upstream scripts change the environment, so they run before anything else, one after another.
-_BEFORE_SERVERS = ("torch libraries", "download model ")
+# What the servers' start needs answered first: the env of torch's libraries and of a find-env, the model the engine
+# loads. Pip installs and upstream scripts change the environment, so they run before anything else, one after another.
+_BEFORE_SERVERS = ("torch libraries", "download model ", "find-env ")
 _INSTALLS = ("pip install", "aiperf venv", "run ")
 
 
@@ -377,7 +406,9 @@ def _read(spec: ServingSpec, step: Step, lines: list[str], out: Provisioned) -> 
         out.model_revision = _json_line(lines).get("model_revision", out.model_revision)
     elif step.item == "torch libraries":
         found = _json_line(lines)
-        out.env = _torch_env(spec, {k: str(v) for k, v in found.items()})
+        out.env = _merged(out.env, _torch_env(spec, {k: str(v) for k, v in found.items()}))
+    elif step.item.startswith("find-env "):
+        out.env = _merged(out.env, {"engine": {k: str(v) for k, v in _json_line(lines).items()}})
 
 
 def start(spec: ServingSpec, runtime: Runtime, supervisor: Supervisor) -> Provisioning:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
@@ -243,12 +244,33 @@ class ImageEdit(_Model):
     unless: EditGuard | None = None
 
 
+class FindEnv(_Model):
+    """An env variable the script sets to the first file a `find` in the image finds, exported only when it finds
+    one (dsv4_fp4_b{200,300}_sglang_mtp.sh's TRITON_PTXAS_PATH: the ptxas of the image's CUDA for Triton):
+    provisioning runs the same search in the job's runtime and gives what it finds to the engine."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # where find starts, as the script spells them: absolute, globs expanded by bash in the job's runtime
+    roots: list[str] = Field(min_length=1)
+    tests: list[str] = Field(min_length=1)  # find's expression after the roots (-type f -name ptxas -perm -u+x)
+
+    @field_validator("roots")
+    @classmethod
+    def _plain_paths(cls, roots: list[str]) -> list[str]:
+        # they reach bash unquoted (for their globs): a path with anything else in it would be run as shell
+        bad = [r for r in roots if not re.fullmatch(r"/[A-Za-z0-9_.+*?/\[\]-]*", r)]
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: not an absolute path or glob (letters, digits, _.+-/ and *?[])")
+        return roots
+
+
 class Provision(_Model):
     """What the script provisions beyond the typed pins (backend, router): `recipes import` reads it."""
 
     pip: list[PipInstall] = Field(default_factory=list)
     scripts: list[UpstreamScript] = Field(default_factory=list)
     edits: list[ImageEdit] = Field(default_factory=list)
+    find_env: list[FindEnv] = Field(default_factory=list)
 
 
 class Recipe(_Model):

@@ -18,6 +18,7 @@ import ast
 import contextlib
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -31,7 +32,7 @@ from slurmx import engines
 from slurmx.node import procscan
 from slurmx.plan import Point
 from slurmx.upstream.launcher import SANDBOX, Launch, workflow_env
-from slurmx.upstream.standin import REAL_BASH, REAL_SED, write_checkpoint  # `bash` on the capture's PATH is a stand-in
+from slurmx.upstream.standin import REAL_BASH, REAL_FIND, REAL_SED, write_checkpoint  # `bash` on PATH: a stand-in
 
 # the servers the scripts start and keep running, by the slurmx process each one is: every engine's, and the
 # backends' own (the stand-ins and the facts compared both read this one table)
@@ -64,20 +65,24 @@ POLL_SLEEP_S = 0.02  # what every `sleep` of the scripts lasts (see above)
 # the point's cluster has no entry for reads as absent, as on a node without it. (A bash builtin test of such a
 # path, [ -e ... ], still sees this machine's, and a glob of one expands against this machine's names before a
 # reader gets them: a name only this machine has reads as absent too.)
-# /usr/local/ is the container image's (its CUDA toolkit, its Python's packages: the DSv4 B200/B300 SGLang scripts
-# `find` Triton's ptxas there for TRITON_PTXAS_PATH). The capture has no image: nothing is staged under it, so
-# the search finds nothing on every machine (this one has no CUDA, another has) and the capture records no
-# TRITON_PTXAS_PATH, where production's container exports its image's ptxas (docs/recipes.md).
-HOST_READS = ("/sys/class/infiniband/", "/usr/local/")
-HOST_READERS = ("grep", "cat", "find")
+HOST_READS = ("/sys/class/infiniband/",)
+HOST_READERS = ("grep", "cat")
+# The container image's own tree (its CUDA toolkit, its Python's packages), which a script searches: the DSv4 B200/B300
+# SGLang scripts `find` Triton's ptxas there for TRITON_PTXAS_PATH. The capture has no image: a `find` naming it is
+# recorded (standin._find), never run, and answers with a stand-in of the file it looks for (standin.STANDIN_IMAGE),
+# which the script exports as production's container exports the image's (a recipe's provision.find-env). Its globs
+# reach find as the script spells them (GLOBIGNORE, set through BASH_ENV, keeps bash from expanding them against this
+# machine's own /usr/local/, which one machine has and another has not).
+IMAGE_TREES = ("/usr/local/",)
+_BASH_ENV = "GLOBIGNORE={patterns}\nshopt -u dotglob\n"  # GLOBIGNORE turns dotglob on: the scripts' globs keep theirs
 # The engine image's own files a script edits in place before serving (each engine's image_dirs): `sed` naming one is
 # recorded (standin._sed), never run; any other `sed` is the real one
 IMAGE_FILES = tuple(dict.fromkeys(d for e in engines.REGISTRY.values() for d in e.image_dirs))
 _SED = """#!/bin/sh
 for a do
-  case $a in {cases}) exec {python} -S -E {standin} tool sed "$@";; esac
+  case $a in {cases}) exec {python} -S -E {standin} tool {name} "$@";; esac
 done
-exec {sed} "$@"
+exec {program} "$@"
 """
 NODE_FILES: dict[str, dict[str, str]] = {
     # InferenceX's Kimi-K3 B300 script picks the first rail whose port 1 is ACTIVE, "order starts at mlx5_0 so a
@@ -155,7 +160,7 @@ def process_names(started: list[Started], table: Mapping[str, str] = SERVERS) ->
 
 
 _SHELL_NOISE = {
-    "SHLVL", "_", "PWD", "OLDPWD", "STANDIN_LOG", "STANDIN_BIN", "STANDIN_PACKAGES", "STANDIN_SHM_GIB", "STANDIN_SERVERS",
+    "SHLVL", "_", "PWD", "OLDPWD", "BASH_ENV", "STANDIN_LOG", "STANDIN_BIN", "STANDIN_PACKAGES", "STANDIN_SHM_GIB", "STANDIN_SERVERS",
 }  # fmt: skip
 IMAGE_PACKAGES = ",".join(dict.fromkeys(p for e in engines.REGISTRY.values() for p in e.image_packages))
 
@@ -217,10 +222,11 @@ def _stand_ins(bin_dir: Path) -> None:
     sleep = bin_dir / "sleep"
     sleep.write_text(f"#!/bin/sh\nexec /bin/sleep {POLL_SLEEP_S}\n")
     sleep.chmod(0o755)
-    cases = "|".join(f"{prefix}*" for prefix in IMAGE_FILES)
-    sed = bin_dir / "sed"
-    sed.write_text(_SED.format(cases=cases, python=sys.executable, standin=standin, sed=REAL_SED))
-    sed.chmod(0o755)
+    for name, program, prefixes in (("sed", REAL_SED, IMAGE_FILES), ("find", REAL_FIND, IMAGE_TREES)):
+        cases = "|".join(f"{prefix}*" for prefix in prefixes)
+        wrapper = bin_dir / name
+        wrapper.write_text(_SED.format(cases=cases, python=sys.executable, standin=standin, name=name, program=program))
+        wrapper.chmod(0o755)
 
 
 def _host_reads(bin_dir: Path, root: Path, runner: str) -> None:
@@ -328,12 +334,15 @@ def _capture_once(point: Point, upstream: Upstream, work: Path, timeout_s: float
     if upstream.checkout_at_workspace:  # the checkout's aiperf submodule, which a script tests the mount by
         (workspace / AIPERF_SUBMODULE).mkdir(parents=True)
     log = work / "standin.jsonl"
+    bash_env = work / "bash_env"
+    bash_env.write_text(_BASH_ENV.format(patterns=shlex.quote(":".join(f"{tree}*" for tree in IMAGE_TREES))))
     base = launcher_env(point, upstream, work / "result", home)
     env = {
         **base,
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "TMPDIR": str(work / "tmp"),
         "INFMAX_CONTAINER_WORKSPACE": str(workspace),
+        "BASH_ENV": str(bash_env),
         "STANDIN_LOG": str(log),
         "STANDIN_BIN": str(bin_dir),
         "STANDIN_PACKAGES": IMAGE_PACKAGES,

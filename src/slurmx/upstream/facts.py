@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from slurmx.node import provision
-from slurmx.node.provision import edit_value, script_value
+from slurmx.node.provision import edit_value, find_search, script_value
 from slurmx.process import Process
 from slurmx.runtimes.pyxis import PyxisRuntime
 from slurmx.slurm.sbatch import render_sbatch
@@ -29,6 +29,7 @@ from slurmx.submit.arrays import array_plans
 from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import SERVERS, Capture, Started, process_names
 from slurmx.upstream.launcher import CACHE_ENV, LAUNCHER, SANDBOX, container_facts, parse_options, slurm_facts
+from slurmx.upstream.standin import find_answer
 
 # Upstream program -> slurmx process name.
 PROCESS = {**SERVERS, "aiperf": "replay"}
@@ -183,7 +184,43 @@ def provision_facts(started: list[Started], paths: Mapping[str, str]) -> Facts:
             facts[("provision", s.name)] = "run"
     for path, (sed, guard) in image_edits(started).items():
         facts[("provision", f"edit {path}")] = edit_value(sed, guard)
+    for name, found in image_finds(started).items():
+        facts[("provision", f"find-env {name}")] = found.value()
     return facts
+
+
+@dataclass(frozen=True)
+class ImageFind:
+    """A `find` of the image's tree whose answer the script exports (recorded only for the image: capture.IMAGE_TREES):
+    where it starts, its expression, and the stand-in it answered with under capture."""
+
+    roots: list[str]
+    tests: list[str]  # without the -print -quit that stops at the first file
+    answer: str
+
+    def value(self) -> str:
+        """As both sides of `recipes check` name it: the search as the node runs it (node/provision.py)."""
+        return find_search(self.roots, self.tests)
+
+
+def image_finds(started: list[Started]) -> dict[str, ImageFind]:
+    """The env the script sets to what a `find` of the image finds, name -> the search: the variable a later process
+    holds the find's stand-in answer in (the script's `NAME=$(find ... -print -quit ...)`, then `export NAME`)."""
+    found: dict[str, ImageFind] = {}
+    for s in (s for s in started if s.name == "find"):
+        answer = find_answer(s.argv)
+        first = next((i for i, a in enumerate(s.argv) if a[:1] in ("-", "(", "!")), len(s.argv))
+        tests = s.argv[first:]
+        tests = tests[:-2] if tests[-2:] == ["-print", "-quit"] else [*tests, "-print"]  # -print: no -quit, not alike
+        names = [k for later in started for k, v in later.env.items() if v == answer]
+        if names:
+            found.setdefault(names[0], ImageFind(s.argv[:first], tests, answer))
+    return found
+
+
+def found_paths(started: list[Started]) -> dict[str, str]:
+    """The stand-in answer of each image find a variable holds, as slurmx renders what the node's search finds."""
+    return {found.answer: provision.review_found(name) for name, found in image_finds(started).items()}
 
 
 Guard = tuple[list[str], list[str]]
@@ -206,6 +243,7 @@ def image_edits(started: list[Started]) -> dict[str, tuple[list[str], Guard | No
 
 def upstream_facts(capture: Capture, paths: Mapping[str, str]) -> Facts:
     facts: Facts = {}
+    paths = {**found_paths(capture.started), **paths}
     for s, name in zip(capture.started, process_names(capture.started, PROCESS), strict=True):
         if name is None:
             continue

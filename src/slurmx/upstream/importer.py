@@ -40,7 +40,7 @@ from slurmx.upstream.derive import (
     parse_flags,
     parse_value,
 )
-from slurmx.upstream.facts import Guard, capture_paths, image_edits, provision_facts
+from slurmx.upstream.facts import Guard, capture_paths, image_edits, image_finds, provision_facts
 from slurmx.upstream.inferencex import content_digest, git_commit
 
 DATE_LINE = "# imported: "  # the header line that alone may differ between two imports of one tree
@@ -192,7 +192,8 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
                 raise ImportRefused(f"{c.point.exp_name}: {at} {key} {path} is no model the script downloads")
             draft[repo] = path
             flags[at] = {k: v for k, v in speculative.items() if k != key}
-        own = backends.get(arm_of(c.point)).own_env  # the backend names its own files (its config's path)
+        # the backend names its own files (its config's path); what a search of the image finds is provision.find-env's
+        own = {*backends.get(arm_of(c.point)).own_env, *image_finds(c.capture.started)}
         observed.append(
             Observed(c.point.exp_name, arm_of(c.point), c.point.tp, c.point.ep, c.point.dp_attn, c.point.conc,
                      flags, {k: _placeholders(v, c) for k, v in env.items()
@@ -385,7 +386,8 @@ def replay_env(captured: Sequence[Captured]) -> tuple[dict[str, str], dict[str, 
     envs: list[tuple[str, dict[str, str]]] = []
     for c in captured:
         delta = _replay_delta(c)
-        own = backends.get(arm_of(c.point)).own_env  # sized per point by the backend (an in-process pool's GB)
+        # sized per point by the backend (an in-process pool's GB); what the node's search finds goes to the engine only
+        own = {*backends.get(arm_of(c.point)).own_env, *image_finds(c.capture.started)}
         kept = {k: v for k, v in delta.items()
                 if not LOCAL_URL.search(v) and _placeholders(v, c) == v and k not in own}  # fmt: skip
         envs.append((arm_of(c.point), kept))
@@ -501,11 +503,14 @@ def provision_data(captured: Sequence[Captured]) -> dict[str, Any]:
                     "sha256": r.sha256} for r in c.capture.runs]  # fmt: skip
         groups = [{"packages": specs, **({"flags": list(flags)} if flags else {})} for flags, specs in pip.items()]
         edits = [_edit(c, path, sed, guard) for path, (sed, guard) in image_edits(c.capture.started).items()]
-        seen.append({k: v for k, v in (("pip", groups), ("scripts", scripts), ("edits", edits)) if v})
+        searches = image_finds(c.capture.started).items()
+        finds = [{"name": name, "roots": f.roots, "tests": f.tests} for name, f in searches]
+        parts = (("pip", groups), ("scripts", scripts), ("edits", edits), ("find-env", finds))
+        seen.append({k: v for k, v in parts if v})
     if any(s != seen[0] for s in seen):
         raise ImportRefused(
-            "the script's pip installs, the scripts it runs or its edits of the image differ between points"
-            " (provision holds one)"
+            "the script's pip installs, the scripts it runs, its edits of the image or its searches of it differ"
+            " between points (provision holds one)"
         )
     return seen[0]
 

@@ -6,7 +6,8 @@ files its env names in the capture's work dir) to $STANDIN_LOG, then
 does the least the script needs to go on: servers stay up until killed (the script checks they are
 alive), `uv venv` creates the aiperf venv's stand-ins, `pip show` names a version, the torch-lib
 query prints a directory, `hf download` leaves a stand-in checkpoint, `df /dev/shm` reports the cluster node's size,
-`sed` of an image file records the program its output is piped into (the script's guard of its edit).
+`sed` of an image file records the program its output is piped into (the script's guard of its edit), `find` of the
+image's tree answers a stand-in of the file it looks for.
 Everything else exits 0.
 
 A script starts about 30 of these per point: the module imports only `os` and `sys` up front (json
@@ -24,6 +25,9 @@ REAL_SLEEP = "/bin/sleep"
 REAL_BASH = "/bin/bash"
 REAL_DF = "/bin/df"
 REAL_SED = "/bin/sed"
+REAL_FIND = "/usr/bin/find"
+# where the image's files a script searches for lie under capture (`find` of the image's tree: _find)
+STANDIN_IMAGE = "/standin/image"
 # where a container patch script finds the image's engine packages (find_spec): a site-packages under the capture's
 # sandbox (work/root, compared as the cluster path) holding $STANDIN_PACKAGES empty, never this machine's
 SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
@@ -77,7 +81,8 @@ def _files_named(argv: list[str]) -> dict[str, str]:
     the server would read them at start: env name or flag -> text (a flag's path relative to the cwd too:
     trtllm-serve's `--config ser.yaml`)."""
     work = os.path.dirname(os.environ["STANDIN_BIN"]) + os.sep
-    named = [(n, v) for n, v in os.environ.items() if n != "_" and not n.startswith("STANDIN_")]  # not the harness's
+    harness = ("_", "BASH_ENV")  # the capture's own, as STANDIN_*
+    named = [(n, v) for n, v in os.environ.items() if n not in harness and not n.startswith("STANDIN_")]
     named += [(flag, os.path.abspath(value)) for flag, value in zip(argv, argv[1:]) if flag.startswith("--")]
     files = {}
     for name, value in named:
@@ -232,6 +237,19 @@ def _sed(argv: list[str]) -> None:
     _record("sed", argv, False, {"reader": reader} if reader else {})
 
 
+def find_answer(argv: list[str]) -> str:
+    """What `find` of the image's tree answers under capture: a stand-in of the file it looks for (its -name)."""
+    name = argv[argv.index("-name") + 1] if "-name" in argv[:-1] else "found"
+    return f"{STANDIN_IMAGE}/{name}"
+
+
+def _find(argv: list[str]) -> None:
+    """`find` of the container image's tree (the capture's wrapper starts this only then: capture.IMAGE_TREES): recorded,
+    never run (the capture has no image), answering as an image that holds the file would."""
+    _record("find", argv, False)
+    print(find_answer(argv))
+
+
 def _server_command(name: str, argv: list[str]) -> bool:
     """A tool started as a server ($STANDIN_SERVERS: "python3 -m MODULE", comma-separated) stays up as one."""
     for command in filter(None, os.environ.get("STANDIN_SERVERS", "").split(",")):
@@ -245,6 +263,9 @@ def main() -> None:
     kind, name, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
     if name == "sed":
         _sed(argv)
+        return
+    if name == "find":
+        _find(argv)
         return
     if kind == "tool" and _server_command(name, argv):
         kind = "server"
