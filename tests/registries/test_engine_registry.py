@@ -53,6 +53,8 @@ class ToyEngine:
     )
     reserved_kv_blocks = 0
     lru_prefix_cache = False
+    image_dirs: tuple[str, ...] = ()
+    script_suffix = ""
     hash_env = frozenset({"TOY_HASH_SEED"})
     tool_call_flags: tuple[str, ...] = ("--tools",)
     loads_connectors = True
