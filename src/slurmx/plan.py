@@ -280,12 +280,19 @@ def _exp_name(p: Point) -> str:
     return name if p.spec_decoding == "none" else f"{name}_spec-{p.spec_decoding}"
 
 
+# Built once: json.dumps with options builds an encoder per call, and OpenSSL looks sha256 up per new hash.
+_ID_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_SHA256 = hashlib.sha256()
+_NOT_HASHED = ("exp-name", "run-eval")
+
+
 def _point_id(p: Point) -> str:
     """Hash of what runs: the InferenceX row without names derived from it, plus the key."""
-    canonical = {k: v for k, v in p.row().items() if k not in ("exp-name", "run-eval")}
+    canonical = {k: v for k, v in p._built_row.items() if k not in _NOT_HASHED}
     canonical["config-key"] = p.config_key
-    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    digest = _SHA256.copy()
+    digest.update(_ID_ENCODER.encode(canonical).encode())
+    return digest.hexdigest()[:12]
 
 
 def _key_error(masters: Masters, key: str, field: str, message: str) -> ConfigError:

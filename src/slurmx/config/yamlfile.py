@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,14 +23,8 @@ class _Loader(_BaseLoader):  # type: ignore[misc]  # _BaseLoader is picked at ru
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
-        self.tags: dict[tuple[Any, Any, Any], str] = {}
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-        key = (kind, value, implicit)
-        tag = self.tags.get(key)
-        if tag is None:
-            tag = self.tags[key] = super().resolve(kind, value, implicit)
-        return tag
+        # lru_cache's C wrapper: the C composer's call per scalar is answered without entering Python
+        self.resolve = functools.lru_cache(maxsize=None)(super().resolve)
 
 
 @dataclass
@@ -99,24 +94,40 @@ class _Builder:
         return result
 
     def _mapping(self, node: yaml.MappingNode) -> dict[Any, Any]:
+        if any(k.tag == _MERGE_TAG for k, _ in node.value):
+            return self._merged_mapping(node)
+        result: dict[Any, Any] = {}
+        self.built[id(node)] = result
+        lines: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            is_str = key_node.tag == _STR_TAG and isinstance(key_node, yaml.ScalarNode)
+            key = key_node.value if is_str else self.build(key_node)
+            line = key_node.start_mark.line + 1
+            if key in lines:  # without a merge every key is the mapping's own
+                self._duplicate(key, line, lines[key])
+            # a string scalar without a call: most values of a config are strings
+            if value_node.tag == _STR_TAG and isinstance(value_node, yaml.ScalarNode):
+                result[key] = value_node.value
+            else:
+                result[key] = self.build(value_node)
+            lines[key] = line
+        self.index.by_container[id(result)] = lines
+        self.index.keep_alive.append(result)
+        return result
+
+    def _merged_mapping(self, node: yaml.MappingNode) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
         self.built[id(node)] = result
         # Keys a `<<` merge brings in may be overridden by the mapping's own keys: that is no duplicate.
         own = {id(k) for k, _ in node.value}
-        if any(k.tag == _MERGE_TAG for k, _ in node.value):
-            self.loader.flatten_mapping(node)
+        self.loader.flatten_mapping(node)
         lines: dict[Any, int] = {}
         own_keys: set[Any] = set()
         for key_node, value_node in node.value:
             key = self.build(key_node)
             line = key_node.start_mark.line + 1
             if id(key_node) in own and key in own_keys:
-                if self.duplicates == "error":
-                    raise ConfigError(self.path, line, str(key), "duplicate key")
-                self.index.warnings.append(
-                    f"{self.path}:{line}: {key}: duplicate key (also at line {lines[key]}); the last one wins"
-                )
-                # The value is replaced in the first one's place in key order, as PyYAML's dict does.
+                self._duplicate(key, line, lines[key])
             if id(key_node) in own:
                 own_keys.add(key)
             result[key] = self.build(value_node)
@@ -124,6 +135,14 @@ class _Builder:
         self.index.by_container[id(result)] = lines
         self.index.keep_alive.append(result)
         return result
+
+    def _duplicate(self, key: Any, line: int, first: int) -> None:
+        if self.duplicates == "error":
+            raise ConfigError(self.path, line, str(key), "duplicate key")
+        # The value is replaced in the first one's place in key order, as PyYAML's dict does.
+        self.index.warnings.append(
+            f"{self.path}:{line}: {key}: duplicate key (also at line {first}); the last one wins"
+        )
 
 
 def load_yaml(path: Path, duplicates: Literal["error", "warn"] = "error") -> tuple[Any, LineIndex]:
