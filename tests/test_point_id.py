@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from slurmx.config.load import load_clusters, load_masters
-from slurmx.plan import dram_budget_gb, expand
+from slurmx.plan import Point, dram_budget_gb, expand
 
 CLUSTERS = """
 hardware:
@@ -99,3 +101,50 @@ def test_dram_budget_matches_inferencex_formula() -> None:
     assert dram_budget_gb(2_964_436, 8, 0.63, 8) == 1889
     assert dram_budget_gb(3_095_781, 8, 0.80, 8) == 2399  # capped at 2,861,022 MiB
     assert dram_budget_gb(2_964_436, 8, 0.63, 4) == 944
+
+
+def _alone(point: Point) -> str:
+    """The id from the point's own row, encoded whole: the definition expand's shared encoding must match."""
+    hashed = {k: v for k, v in point.row().items() if k not in ("exp-name", "run-eval")} | {
+        "config-key": point.config_key
+    }
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+
+
+def test_every_fixture_point_id_is_its_own_rows_hash(fixtures: Path) -> None:
+    """expand encodes one row per search-space entry and puts each further concurrency in conc's place."""
+    masters = load_masters([fixtures / "nvidia-master.yaml", fixtures / "amd-master.yaml"])
+    points = expand(list(masters.configs), masters, load_clusters(fixtures / "runners.yaml"))
+    assert len(points) == 1820
+    # the shared encoding served most of them: far fewer entries than points
+    assert len({(p.config_key, p.exp_name.replace(f"conc{p.conc}", "")) for p in points}) < len(points) / 2
+    assert [p.point_id for p in points] == [_alone(p) for p in points]
+
+
+MULTINODE_AGENTIC = """
+k:
+  image: img
+  model: m
+  model-prefix: p
+  runner: cluster:t
+  precision: fp4
+  framework: dynamo-vllm
+  multinode: true
+  disagg: true
+  kv-p2p-transfer: nixl
+  scenarios:
+    agentic-coding:
+    - search-space:
+      - prefill: { num-worker: 1, tp: 8, ep: 1, dp-attn: false }
+        decode: { num-worker: 1, tp: 8, ep: 1, dp-attn: false }
+        conc-list: [4, 8, 16]
+"""
+
+
+def test_a_multinode_points_siblings_hash_their_conc_as_a_list(tmp_path: Path) -> None:
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    (tmp_path / "m.yaml").write_text(MULTINODE_AGENTIC)
+    points = expand(["k"], load_masters([tmp_path / "m.yaml"]), load_clusters(tmp_path / "clusters.yaml"))
+    assert [p.row()["conc"] for p in points] == [[4], [8], [16]]
+    assert [p.point_id for p in points] == [_alone(p) for p in points]
+    assert len({p.point_id for p in points}) == 3

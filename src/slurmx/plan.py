@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -220,6 +221,11 @@ def _worker_row(worker: WorkerSpec) -> dict[str, Any]:
     return _dump(worker)
 
 
+def _row_conc(multinode: bool, conc: int, concs: tuple[int, ...]) -> int | list[int]:
+    """The row's conc: a multinode row lists its concurrencies, a single-node row has one."""
+    return list(concs or (conc,)) if multinode else conc
+
+
 def _row(p: Point) -> dict[str, Any]:
     row: dict[str, Any] = {
         "image": p.image,
@@ -236,15 +242,15 @@ def _row(p: Point) -> dict[str, Any]:
         row["spec-decoding"] = p.spec_decoding
         row["prefill"] = _worker_row(p.prefill)
         row["decode"] = _worker_row(p.decode)
-        row["conc"] = list(p.concurrencies)
+        row["conc"] = _row_conc(p.multinode, p.conc, p.concs)
     else:
         row.update({"tp": p.tp, "pp": p.pp, "dcp-size": p.dcp_size, "pcp-size": p.pcp_size})
         if p.scenario == "fixed-seq-len":
-            row["conc"] = p.conc
+            row["conc"] = _row_conc(p.multinode, p.conc, p.concs)
             row["max-model-len"] = (p.isl or 0) + (p.osl or 0) + 256
         row.update({"ep": p.ep, "dp-attn": p.dp_attn, "spec-decoding": p.spec_decoding})
         if p.scenario == "agentic-coding":
-            row["conc"] = p.conc
+            row["conc"] = _row_conc(p.multinode, p.conc, p.concs)
     if p.scenario == "fixed-seq-len":
         if p.multinode:
             row["max-model-len"] = (p.isl or 0) + (p.osl or 0) + 256
@@ -280,19 +286,46 @@ def _exp_name(p: Point) -> str:
     return name if p.spec_decoding == "none" else f"{name}_spec-{p.spec_decoding}"
 
 
-# Built once: json.dumps with options builds an encoder per call, and OpenSSL looks sha256 up per new hash.
-_ID_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-_SHA256 = hashlib.sha256()
+# Built once (json.dumps with options builds an encoder per call); a row is a tree, with no cycle to look for.
+_ID_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
 _NOT_HASHED = ("exp-name", "run-eval")
+# Stands in for a row's conc while its siblings' ids are made: no config value holds a NUL character.
+_CONC_MARK = "\x00conc\x00"
+
+
+def _hashed(p: Point) -> dict[str, Any]:
+    """What a point id hashes: the InferenceX row without names derived from it, plus the key."""
+    canonical = {k: v for k, v in p._built_row.items() if k not in _NOT_HASHED}
+    canonical["config-key"] = p.config_key
+    return canonical
+
+
+def _digest(blob: str) -> str:
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def _point_id(p: Point) -> str:
     """Hash of what runs: the InferenceX row without names derived from it, plus the key."""
-    canonical = {k: v for k, v in p._built_row.items() if k not in _NOT_HASHED}
-    canonical["config-key"] = p.config_key
-    digest = _SHA256.copy()
-    digest.update(_ID_ENCODER.encode(canonical).encode())
-    return digest.hexdigest()[:12]
+    return _digest(_ID_ENCODER.encode(_hashed(p)))
+
+
+def _at_concurrencies(make: Callable[..., Point], concs: list[int]) -> list[Point]:
+    """The points `make(conc=..., point_id=...)` builds at each of `concs`. Only conc and the names derived
+    from it differ between them, so each id after the first hashes the first's encoded row with its own conc
+    in conc's place: one row encoded per search-space entry, not one per point (encoding and hashing
+    were a third of expanding)."""
+    first: Point = make(conc=concs[0])
+    if len(concs) < 2:
+        return [first]
+    mark = _ID_ENCODER.encode(_CONC_MARK)
+    halves = _ID_ENCODER.encode(_hashed(first) | {"conc": _CONC_MARK}).split(mark)
+    points = [first]
+    for conc in concs[1:]:
+        value = _row_conc(first.multinode, conc, first.concs)
+        # a mark found elsewhere too (it cannot be) leaves the id to the point itself
+        given = _digest(_ID_ENCODER.encode(value).join(halves)) if len(halves) == 2 else ""
+        points.append(make(conc=conc, point_id=given))
+    return points
 
 
 def _key_error(masters: Masters, key: str, field: str, message: str) -> ConfigError:
@@ -349,6 +382,7 @@ def _point(
     dram_utilization: float | None = None,
     total_cpu_dram_gb: int = 0,
     duration_s: int | None = None,
+    point_id: str = "",
 ) -> Point:
     """A point of one search-space entry: the key's fields, the entry's parallelism or workers, the scenario's rest."""
     single = entry if isinstance(entry, SingleNodeEntry) else None
@@ -384,6 +418,7 @@ def _point(
         dram_utilization=dram_utilization,
         total_cpu_dram_gb=total_cpu_dram_gb,
         duration_s=duration_s,
+        point_id=point_id,
     )
 
 
@@ -409,8 +444,8 @@ def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
                     )
                 )
                 continue
-            for conc in entry.concurrencies():
-                points.append(_point(key, config, entry, scenario="fixed-seq-len", conc=conc, isl=fsl.isl, osl=fsl.osl))
+            make = partial(_point, key, config, entry, scenario="fixed-seq-len", isl=fsl.isl, osl=fsl.osl)
+            points.extend(_at_concurrencies(make, entry.concurrencies()))
     for index, agentic in enumerate(scenarios.agentic_coding or []):
         points.extend(_expand_agentic(key, index, config, agentic, masters, clusters))
     return points
@@ -450,21 +485,19 @@ def _expand_agentic(
             budget = dram_budget_gb(
                 profile.available_cpu_dram_mib, profile.gpus_per_node, agentic.dram_utilization, share
             )
-        for conc in entry.concurrencies():
-            points.append(
-                _point(
-                    key,
-                    config,
-                    entry,
-                    scenario="agentic-coding",
-                    conc=conc,
-                    kv_offloading=offloading,
-                    kv_offload_backend=entry.kv_offload_backend,
-                    dram_utilization=agentic.dram_utilization,
-                    total_cpu_dram_gb=budget,
-                    duration_s=AGENTIC_DURATION_S,
-                )
-            )
+        make = partial(
+            _point,
+            key,
+            config,
+            entry,
+            scenario="agentic-coding",
+            kv_offloading=offloading,
+            kv_offload_backend=entry.kv_offload_backend,
+            dram_utilization=agentic.dram_utilization,
+            total_cpu_dram_gb=budget,
+            duration_s=AGENTIC_DURATION_S,
+        )
+        points.extend(_at_concurrencies(make, entry.concurrencies()))
     return points
 
 

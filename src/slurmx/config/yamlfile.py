@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +18,11 @@ _STR_TAG = "tag:yaml.org,2002:str"
 _PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "bool", "null"))
 
 
+# Builtins (C functions) of two arguments and of none, whose answers the composer drops.
+_ignore_two: Callable[[Any, Any], object] = operator.is_
+_ignore_none: Callable[[], object] = tuple
+
+
 class _Loader(_BaseLoader):  # type: ignore[misc]  # _BaseLoader is picked at run time (C or pure Python)
     """The safe loader, its implicit tag resolution memoized per file: InferenceX's two masters resolve
     ~25,000 scalars to ~1,100 distinct tags, each by regex. Safe loaders have no path resolvers, so a tag
@@ -25,6 +32,9 @@ class _Loader(_BaseLoader):  # type: ignore[misc]  # _BaseLoader is picked at ru
         super().__init__(stream)
         # lru_cache's C wrapper: the C composer's call per scalar is answered without entering Python
         self.resolve = functools.lru_cache(maxsize=None)(super().resolve)
+        # Nor its two calls per node into the path resolvers, which a safe loader has none of: C no-ops instead.
+        self.descend_resolver = _ignore_two
+        self.ascend_resolver = _ignore_none
 
 
 @dataclass
