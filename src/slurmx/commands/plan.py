@@ -14,7 +14,6 @@ from slurmx.inputs import Inputs
 from slurmx.plan import Point
 from slurmx.recipes.resolve import implementation, match_values, near_recipe, nearest_hint, resolve
 from slurmx.recipes.spec import ServingSpec
-from slurmx.submit.resolved import point_request
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,6 +45,9 @@ def _request_summary(point: Point, loaded: Inputs, serving: ServingSpec | None) 
     profile = loaded.clusters.profiles.get(point.runner)
     if profile is None or profile.slurm is None:
         return None
+    # here, not at the top: hardware figures alone (InferenceX's runners.yaml) never import submit and node code
+    from slurmx.submit.resolved import point_request
+
     return point_request(point, profile, serving).summary()
 
 
