@@ -31,6 +31,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=kebab, populate_by_name=True)
 
 
+# The scenario models are validated only inside a master config, whose schema holds theirs: a validator of
+# their own, for the generic class and for each of its parametrizations, would be built at import, never run.
+_NESTED_ONLY = ConfigDict(defer_build=True)
+
+
 class _Versioned(_Model):
     @field_validator("version", check_fields=False)
     @classmethod
@@ -191,12 +196,14 @@ class MultiNodeAgenticEntry(MultiNodeEntry, _KvOffload):
 
 
 class FixedSeqLen(_Model, Generic[E]):
+    model_config = _NESTED_ONLY
     isl: PositiveInt
     osl: PositiveInt
     search_space: list[E]
 
 
 class AgenticCoding(_Model, Generic[E]):
+    model_config = _NESTED_ONLY
     dram_utilization: float | None = Field(default=None, gt=0, le=1)
     search_space: list[E]
 
@@ -209,6 +216,7 @@ class AgenticCoding(_Model, Generic[E]):
 
 
 class Scenarios(_Model, Generic[F, A]):
+    model_config = _NESTED_ONLY
     fixed_seq_len: list[FixedSeqLen[F]] | None = None
     agentic_coding: list[AgenticCoding[A]] | None = None
 
