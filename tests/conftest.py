@@ -21,6 +21,9 @@ def fixtures() -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # No parse cache unless a test asks for one (tests/test_yaml_cache.py): a mutant of the YAML builder must be
+    # run, not answered from a cache its unmutated twin filled (mutmut's copies share one file's bytes).
+    os.environ["SLURMX_CACHE_DIR"] = ""
     # mutmut's stats run (scripts/mutation) marks its own process "stats"; a CLI child started from a fresh
     # directory inherited that and tried to record hits with no mutmut config there (its hits are never read):
     # children run the plain code, the tests' own process keeps mutmut's process-local mark

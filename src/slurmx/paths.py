@@ -48,6 +48,16 @@ def templates_dir() -> Path:
     return _CHECKOUT / "sbatch_templates"
 
 
+def cache_dir() -> Path | None:
+    """SLURMX_CACHE_DIR (empty: no cache), else $XDG_CACHE_HOME/slurmx, else ~/.cache/slurmx: files slurmx
+    can always rebuild (the parsed form of YAML files), never results."""
+    env = os.environ.get("SLURMX_CACHE_DIR")
+    if env is not None:
+        return Path(env) if env else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "slurmx"
+
+
 def default_results() -> Path:
     if env := os.environ.get("SLURMX_RESULTS"):
         return Path(env)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import yaml
 
+from slurmx.config import yamlcache
 from slurmx.errors import ConfigError
 
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -163,11 +164,26 @@ def load_yaml(path: Path, duplicates: Literal["error", "warn"] = "error") -> tup
     """
     index = LineIndex()
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(path, None, "", "file not found") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise ConfigError(path, None, "", f"cannot read: {exc.__class__.__name__}") from None
+    cached = yamlcache.load(path, duplicates, raw)
+    if cached is not None:
+        data, pairs, index.warnings = cached
+        index.keep_alive = [container for container, _ in pairs]
+        index.by_container = {id(container): lines for container, lines in pairs}
+        return data, index
+    data = _parse(path, text, duplicates, index)
+    yamlcache.store(
+        path, duplicates, raw, (data, [(c, index.by_container[id(c)]) for c in index.keep_alive], index.warnings)
+    )
+    return data, index
+
+
+def _parse(path: Path, text: str, duplicates: Literal["error", "warn"], index: LineIndex) -> Any:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -181,4 +197,4 @@ def load_yaml(path: Path, duplicates: Literal["error", "warn"] = "error") -> tup
         raise ConfigError(path, None, "", f"YAML error: {exc}") from None
     finally:
         loader.dispose()
-    return data, index
+    return data
