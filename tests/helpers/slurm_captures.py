@@ -103,9 +103,31 @@ def capture(folder: Path) -> None:
     rec.record("squeue-gone", [*SQUEUE, array])
     rec.record("sacct-absent", [*SACCT, ABSENT_JOB])
     rec.record("squeue-absent", [*SQUEUE, ABSENT_JOB])
+    (folder / "mem-requests.json").write_text(json.dumps(mem_requests(), indent=1) + "\n")
     with accounting_down():
         rec.record("sacct-accounting-down", [*SACCT, array])
     rec.write(folder)
+
+
+# sbatch --mem as users spell it; the helper records the MinMemoryNode scontrol shows for each.
+MEM_SPELLINGS = ("16G", "16g", "16GB", "500", "500M", "2048K", "1500K", "1T", "0")
+
+
+def mem_requests() -> dict[str, str]:
+    """--mem spelling -> the memory the controller holds the job to (`scontrol show job`'s MinMemoryNode)."""
+    held: dict[str, str] = {}
+    for spelling in MEM_SPELLINGS:
+        job = run(["sbatch", "--parsable", "--hold", "-p", "local", "-t", "1", f"--mem={spelling}", "-o", "/dev/null",
+                   "-J", "slurmx-capture", "--wrap", "true"]).stdout.strip()  # fmt: skip
+        try:
+            shown = run(["scontrol", "show", "job", "--oneliner", job]).stdout
+            match = re.search(r"MinMemoryNode=(\S+)", shown)
+            if not match:
+                raise RuntimeError(f"scontrol show job {job} printed no MinMemoryNode: {shown!r}")
+            held[spelling] = match.group(1)
+        finally:
+            run(["scancel", job])
+    return held
 
 
 @contextmanager
@@ -124,6 +146,7 @@ def accounting_down() -> Iterator[None]:
 VOLATILE = [
     (re.compile(r"^\d+(?=_|\||$)", re.M), "<job>"),
     (re.compile(r"Submitted batch job \d+"), "Submitted batch job <job>"),
+    (re.compile(r"(?<=-j )\d+"), "<job>"),
     (re.compile(r"\b(\d+-)?(\d+:)?\d+:\d\d\b"), "<elapsed>"),  # 00:00:05 (sacct), 0:05 (squeue)
     (re.compile(r"\bnode0[12]\b"), "<node>"),
 ]
