@@ -89,7 +89,8 @@ def test_squeue_of_the_same_array_per_task_and_as_ranges_reads_the_same_states()
     # squeue has no exit code; its elapsed time is M:SS and a pending task's node list is empty
     assert per_task[f"{JOB}_2"] == JobInfo(f"{JOB}_2", "RUNNING", "node01", "0:04", None, None)
     assert per_task[f"{JOB}_10"] == JobInfo(f"{JOB}_10", "PENDING", None, "0:00", None, "JobArrayTaskLimit")
-    assert parse_squeue("not|a|row\n" + read("squeue-gone")) == {}
+    assert parse_squeue(read("squeue-gone")) == {}
+    assert parse_squeue("not|a|row\n" + read("squeue-throttled")) == per_task  # a short line ends nothing
 
 
 @pytest.mark.parametrize(
@@ -136,8 +137,10 @@ def test_a_task_the_array_row_covers_is_answered_by_it(standin: Path) -> None:
     query = query_jobs(["317_2", "317_0", "317_3"])
     assert (query.source, query.calls) == ("sacct", 1)
     assert (query.jobs["317_2"].job_id, query.jobs["317_2"].state, query.jobs["317_3"].state) == (
-        "317_2", "CANCELLED", "CANCELLED"
-    )  # fmt: skip
+        "317_2",
+        "CANCELLED",
+        "CANCELLED",
+    )
     assert query.jobs["317_0"].state == "FAILED"
 
 
@@ -188,6 +191,16 @@ def test_where_accounting_and_the_queue_both_know_a_task_accounting_wins(standin
 
 def test_squeue_of_jobs_that_left_the_queue_is_empty_not_an_error(standin: Path) -> None:
     # The real squeue exits 1 ('Invalid job id specified') when no id it is asked is known any more.
-    install(standin, {("squeue", "4000000"): "squeue-absent", ("sacct", "4000000"): "sacct-absent"})
+    install(
+        standin,
+        {
+            ("squeue", "4000000"): "squeue-absent",
+            ("sacct", "4000000"): "sacct-absent",
+            ("squeue", JOB): "squeue-throttled",
+        },
+    )
     assert query_squeue(["4000000"]) == {}
     assert query_sacct(["4000000"]) == {}
+    # several jobs in one call, one of them gone: the others' rows still come back
+    assert sorted(query_squeue([JOB, "4000000"])) == sorted(f"{JOB}_{t}" for t in ("2", "3", *PENDING))
+    assert calls(standin)[-1][-2:] == ["-j", f"{JOB},4000000"]

@@ -143,6 +143,14 @@ def test_a_request_the_local_cluster_can_run() -> None:
             "2 have it (node01,node02)",
         ),
         (
+            {"nodes": 3, "features": ("b300", "numa")},
+            {"local"},
+            "the point needs 3 nodes with gpu:b300:1, 1G of memory and features b300,numa each in partition "
+            "'local'; 2 have it (node01,node02)",
+        ),
+        # a partition no node is in (scontrol lists it with Nodes=(null))
+        ({"partition": "spare"}, {"local", "spare"}, "no node in partition 'spare' has gpu:b300:1 (at most 0)"),
+        (
             {"nodes": 2, "mem": "0", "features": (), "exclude": ("node02",)},
             {"local"},
             "the point needs 2 nodes with gpu:b300:1 each in partition 'local'; 1 have it (node01)",
@@ -226,5 +234,17 @@ def test_the_largest_node_named_is_one_that_fits_everything_but_memory() -> None
     assert "(node01)" in str(
         why_memory_short(request(mem="14000M", sockets_per_node=2), 0, "", [small, dataclasses.replace(big, sockets=1)])
     )
+    # GPUs of the type asked count, not a node's other GPUs (Gres=gpu:b300:4,gpu:h100:8), nor a node of another type
+    for other_gpus in ({"b300": 4, "h100": 8}, {"h100": 8}):
+        mixed = dataclasses.replace(big, real_memory_mb=20000, gpus_by_type=other_gpus)
+        assert "(node01)" in str(why_memory_short(request(mem="14000M", gpus=4 + 1), 0, "", [small, mixed]))
+        assert "(node01)" in str(
+            why_memory_short(
+                request(mem="14000M", gpus=1, gres_type="a100"),
+                0,
+                "",
+                [dataclasses.replace(small, gpus_by_type={"a100": 1}), mixed],
+            )
+        )
     # no node fits the rest of the request: that is why_unrunnable's to say, not a memory shortage
     assert why_memory_short(request(mem="14000M", gpus=9), 0, "", [small, big]) is None

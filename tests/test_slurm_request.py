@@ -43,26 +43,49 @@ def test_a_points_mem_is_the_profiles_plus_its_need() -> None:
 
 
 PROFILE = SlurmProfile.model_validate(
-    {"partition": "local", "gres-type": "b300", "features": ["b300", "numa"], "mem": "6G", "qos": "high",
-     "account": "acct", "exclude": ["node03"], "cpus-per-task": 16, "sockets-per-node": 2}
-)  # fmt: skip
+    {
+        "partition": "local",
+        "gres-type": "b300",
+        "features": ["b300", "numa"],
+        "mem": "6G",
+        "qos": "high",
+        "account": "acct",
+        "exclude": ["node03"],
+        "cpus-per-task": 16,
+        "sockets-per-node": 2,
+    }
+)
 
 
 def test_the_request_takes_the_profiles_fields() -> None:
     assert slurm_request(PROFILE, 4) == SlurmRequest(
-        partition="local", gpus=4, gres_type="b300", features=("b300", "numa"), mem="6G",
+        partition="local",
+        gpus=4,
+        gres_type="b300",
+        features=("b300", "numa"),
+        mem="6G",
         exclusive=True,  # the profile's default
         time_limit_min=480,  # the profile's default
-        account="acct", qos="high", cpus_per_task=16, nodes=1, exclude=("node03",), sockets_per_node=2,
-        gres_flags=None, mem_bind=None,  # numa-policy none asks nothing
-    )  # fmt: skip
+        account="acct",
+        qos="high",
+        cpus_per_task=16,
+        nodes=1,
+        exclude=("node03",),
+        sockets_per_node=2,
+        gres_flags=None,
+        mem_bind=None,  # numa-policy none asks nothing
+    )
 
 
 def test_need_nodes_time_and_numa_policy_change_only_their_fields() -> None:
     req = slurm_request(PROFILE, 8, 2, host_need_mb=1024, numa_policy="bind", time_limit_min=30)
     assert (req.nodes, req.mem, req.time_limit_min, req.gres_flags, req.mem_bind) == (
-        2, "7168M", 30, "enforce-binding", "local"
-    )  # fmt: skip
+        2,
+        "7168M",
+        30,
+        "enforce-binding",
+        "local",
+    )
     assert (slurm_request(PROFILE, 1, numa_policy="interleave").gres_flags, slurm_request(PROFILE, 1).mem) == (
         "enforce-binding",
         "6G",
@@ -78,6 +101,5 @@ def test_the_summary_names_every_part_of_the_request() -> None:
         "local gpu:b300:2 x2 nodes -C b300&numa mem=6G excl enforce-binding sockets>=2 mem-bind=local 30m "
         "--exclude node01,node02"
     )
-    plain = SlurmRequest(partition="p", gpus=1, gres_type=None, features=(), mem="0", exclusive=False,
-                         time_limit_min=5)  # fmt: skip
+    plain = SlurmRequest(partition="p", gpus=1, gres_type=None, features=(), mem="0", exclusive=False, time_limit_min=5)
     assert plain.summary() == "p gpu:1 mem=0 5m"

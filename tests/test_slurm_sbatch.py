@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from submitit.core.utils import DelayedSubmission
 
 from slurmx.slurm.request import SlurmRequest
 from slurmx.slurm.sbatch import ArrayPlan, array_id, render_sbatch, submit_array
@@ -21,8 +22,15 @@ def plan(folder: Path, groups: list[list[str]], **changes: object) -> ArrayPlan:
         "exclusive": False, "time_limit_min": 30,
     }  # fmt: skip
     request = SlurmRequest.model_validate({**fields, **changes})
-    return ArrayPlan(folder=folder, request=request, job_name="jn", groups=groups, array_parallelism=2,
-                     signal_delay_s=45, setup=["module load x"])  # fmt: skip
+    return ArrayPlan(
+        folder=folder,
+        request=request,
+        job_name="jn",
+        groups=groups,
+        array_parallelism=2,
+        signal_delay_s=45,
+        setup=["module load x"],
+    )
 
 
 def options(script: str) -> list[str]:
@@ -51,9 +59,20 @@ def test_a_plain_request_asks_only_what_it_names() -> None:
 
 
 def test_every_option_of_a_full_request_reaches_the_script() -> None:
-    full = plan(Path("/tmp/f"), [["a"], ["b", "c"]], features=("b300", "numa"), exclusive=True, account="acct",
-                qos="high", cpus_per_task=16, nodes=2, exclude=("node01", "node02"), gres_flags="enforce-binding",
-                sockets_per_node=2, mem_bind="local")  # fmt: skip
+    full = plan(
+        Path("/tmp/f"),
+        [["a"], ["b", "c"]],
+        features=("b300", "numa"),
+        exclusive=True,
+        account="acct",
+        qos="high",
+        cpus_per_task=16,
+        nodes=2,
+        exclude=("node01", "node02"),
+        gres_flags="enforce-binding",
+        sockets_per_node=2,
+        mem_bind="local",
+    )
     got = set(options(render_sbatch(full)))
     assert {
         "--account=acct",
@@ -93,5 +112,12 @@ def test_one_sbatch_call_submits_the_array_and_names_its_tasks(tmp_path: Path, m
     sent = (bin_dir / "sbatch-script.sh").read_text()
     assert "--array=0-2%2" in options(sent)
     assert "--gres=gpu:b300:2" in options(sent)
+    # what each task will run: function(first_arg, groups[i]), never requeued by submitit on its time limit
+    # (requeues are slurmx's own, bounded by the profile's max-requeues)
+    for task, group in enumerate([["p1"], ["p2", "p3"], ["p4"]]):
+        delayed = DelayedSubmission.load(tmp_path / "sub" / f"{array.group(1)}_{task}_submitted.pkl")
+        assert delayed.function(*delayed.args, **delayed.kwargs) == "x" + ",".join(group)
+        assert delayed._timeout_countdown == 0
     assert array_id(ids) == array.group(1)
+    assert array_id(ids[:1]) == array.group(1)  # a one-task array
     assert array_id([]) is None

@@ -83,9 +83,23 @@ def capture(folder: Path) -> None:
     rec.record("scontrol-show-config", ["scontrol", "show", "config"])
     submitted = rec.record(
         "sbatch-array",
-        ["sbatch", "-p", "local", "--gres=gpu:b300:1", "--mem=100M", "-t", "5", "-J", "slurmx-capture",
-         "-o", "/dev/null", f"--array={ARRAY}", "--wrap", BODY],
-    )  # fmt: skip
+        [
+            "sbatch",
+            "-p",
+            "local",
+            "--gres=gpu:b300:1",
+            "--mem=100M",
+            "-t",
+            "5",
+            "-J",
+            "slurmx-capture",
+            "-o",
+            "/dev/null",
+            f"--array={ARRAY}",
+            "--wrap",
+            BODY,
+        ],
+    )
     match = re.fullmatch(r"Submitted batch job (\d+)\n", submitted.stdout)
     if not match:
         raise RuntimeError(f"sbatch answered {submitted.stdout!r} {submitted.stderr!r}")
@@ -117,8 +131,24 @@ def mem_requests() -> dict[str, str]:
     """--mem spelling -> the memory the controller holds the job to (`scontrol show job`'s MinMemoryNode)."""
     held: dict[str, str] = {}
     for spelling in MEM_SPELLINGS:
-        job = run(["sbatch", "--parsable", "--hold", "-p", "local", "-t", "1", f"--mem={spelling}", "-o", "/dev/null",
-                   "-J", "slurmx-capture", "--wrap", "true"]).stdout.strip()  # fmt: skip
+        job = run(
+            [
+                "sbatch",
+                "--parsable",
+                "--hold",
+                "-p",
+                "local",
+                "-t",
+                "1",
+                f"--mem={spelling}",
+                "-o",
+                "/dev/null",
+                "-J",
+                "slurmx-capture",
+                "--wrap",
+                "true",
+            ]
+        ).stdout.strip()
         try:
             shown = run(["scontrol", "show", "job", "--oneliner", job]).stdout
             match = re.search(r"MinMemoryNode=(\S+)", shown)
