@@ -4,7 +4,8 @@ Regenerate (the local cluster up, nothing else queued): `python -m tests.helpers
 Each capture is DIR/NAME.out (stdout as printed) and one manifest.json entry: the argv that printed it,
 its exit status and stderr. The commands are spelled out here as a user would type them, not taken from
 slurmx, so a fast test can check slurmx's argv against the one that really printed a capture.
-tests/slurm/test_slurm_captures.py runs this again and checks the stored captures still match.
+tests/slurm/test_slurm_captures.py runs this again and checks the stored captures still match. After a
+regeneration, re-read what the fast tests took off the captures by hand (elapsed times, the node a task ran on).
 """
 
 from __future__ import annotations
