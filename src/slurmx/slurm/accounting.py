@@ -96,13 +96,19 @@ def task_of(jobs: dict[str, JobInfo], job_id: str) -> JobInfo | None:
     return job
 
 
-def query_sacct(job_ids: list[str]) -> dict[str, JobInfo]:
-    out = run_slurm(["sacct", "-n", "-P", "-X", "--format", SACCT_FIELDS, "-j", ",".join(job_ids)]).stdout
-    return parse_sacct(out)
+def sacct_argv(job_ids: list[str]) -> list[str]:
+    return ["sacct", "-n", "-P", "-X", "--format", SACCT_FIELDS, "-j", ",".join(job_ids)]
 
 
-def query_squeue(job_ids: list[str]) -> dict[str, JobInfo]:
-    out = run_slurm(["squeue", "-h", "-r", "-o", "%i|%T|%N|%M|%r", "-j", ",".join(job_ids)], check=False).stdout
+SQUEUE_FORMAT = "%i|%T|%N|%M|%r"  # the fields of SACCT_FIELDS squeue knows: id, state, nodes, elapsed, reason
+
+
+def squeue_argv(job_ids: list[str]) -> list[str]:
+    return ["squeue", "-h", "-r", "-o", SQUEUE_FORMAT, "-j", ",".join(job_ids)]
+
+
+def parse_squeue(out: str) -> dict[str, JobInfo]:
+    """`squeue -h -o SQUEUE_FORMAT` lines to job states (no exit code: squeue lists only jobs not ended)."""
     jobs: dict[str, JobInfo] = {}
     for line in out.splitlines():
         parts = line.split("|")
@@ -111,6 +117,15 @@ def query_squeue(job_ids: list[str]) -> dict[str, JobInfo]:
         for job_id in _expand_ids(parts[0]):
             jobs[job_id] = JobInfo(job_id, parts[1], _none(parts[2]), _none(parts[3]), None, _none(parts[4]))
     return jobs
+
+
+def query_sacct(job_ids: list[str]) -> dict[str, JobInfo]:
+    return parse_sacct(run_slurm(sacct_argv(job_ids)).stdout)
+
+
+def query_squeue(job_ids: list[str]) -> dict[str, JobInfo]:
+    # check=False: squeue exits 1 when every id has left the queue ("Invalid job id specified")
+    return parse_squeue(run_slurm(squeue_argv(job_ids), check=False).stdout)
 
 
 def query_jobs(job_ids: list[str]) -> Query:

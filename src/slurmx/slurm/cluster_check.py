@@ -34,8 +34,20 @@ def _parse_gres(gres: str) -> dict[str, int]:
     return counts
 
 
-def query_nodes() -> list[NodeInfo]:
-    out = run_slurm(["scontrol", "show", "node", "--oneliner"]).stdout
+def nodes_argv() -> list[str]:
+    return ["scontrol", "show", "node", "--oneliner"]
+
+
+def partitions_argv() -> list[str]:
+    return ["scontrol", "show", "partition", "--oneliner"]
+
+
+def config_argv() -> list[str]:
+    return ["scontrol", "show", "config"]
+
+
+def parse_nodes(out: str) -> list[NodeInfo]:
+    """`scontrol show node --oneliner` output to the nodes, in its order."""
     nodes = []
     for line in out.splitlines():
         fields = scontrol_fields(line)
@@ -54,16 +66,28 @@ def query_nodes() -> list[NodeInfo]:
     return nodes
 
 
-def query_kill_wait_s() -> int | None:
-    """The cluster's KillWait (`scontrol show config`: "KillWait = 30 sec"), or None if it does not say."""
-    out = run_slurm(["scontrol", "show", "config"]).stdout
+def parse_kill_wait_s(out: str) -> int | None:
+    """KillWait of `scontrol show config` ("KillWait = 30 sec"), or None if it does not say."""
     match = re.search(r"^KillWait\s*=\s*(\d+)", out, re.M)
     return int(match.group(1)) if match else None
 
 
-def query_partitions() -> set[str]:
-    out = run_slurm(["scontrol", "show", "partition", "--oneliner"]).stdout
+def parse_partitions(out: str) -> set[str]:
+    """The partition names of `scontrol show partition --oneliner` output."""
     return {f["PartitionName"] for f in map(scontrol_fields, out.splitlines()) if "PartitionName" in f}
+
+
+def query_nodes() -> list[NodeInfo]:
+    return parse_nodes(run_slurm(nodes_argv()).stdout)
+
+
+def query_kill_wait_s() -> int | None:
+    """The cluster's KillWait (`scontrol show config`: "KillWait = 30 sec"), or None if it does not say."""
+    return parse_kill_wait_s(run_slurm(config_argv()).stdout)
+
+
+def query_partitions() -> set[str]:
+    return parse_partitions(run_slurm(partitions_argv()).stdout)
 
 
 def why_unrunnable(request: SlurmRequest, partitions: set[str], nodes: list[NodeInfo]) -> str | None:

@@ -67,8 +67,10 @@ def mem_mb(mem: str) -> int:
     match = re.fullmatch(r"(\d+)([KMGT]?)B?", mem.strip().upper())
     if not match:
         raise UserError(f"invalid Slurm memory request {mem!r} (use e.g. 16G, 500M or 0)")
-    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[match.group(2)]
-    return int(int(match.group(1)) * scale)
+    number, unit = int(match.group(1)), match.group(2)
+    if unit == "K":  # Slurm rounds up to whole megabytes: --mem=1500K holds a job to 2M
+        return -(-number // 1024)
+    return number * {"": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[unit]
 
 
 def point_mem(profile_mem: str, host_need_mb: int) -> str:
