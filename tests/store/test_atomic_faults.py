@@ -22,6 +22,7 @@ import pytest
 
 from slurmx.store import atomic
 from slurmx.store.atomic import StorageError
+from slurmx.store.state import load_state
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts and chattr +i need root")
@@ -290,6 +291,9 @@ def test_the_tree_is_utf8_on_a_node_whose_locale_is_not(tmp_path: Path) -> None:
     # A job's environment may carry LANG=C; the files must read and write as UTF-8 all the same.
     (tmp_path / "utf8.json").write_bytes('{"unit": "µs"}'.encode())
     (tmp_path / "state.json").write_bytes('{"point_id": "p1", "reason": "ünreadable"}'.encode())
+    # read here first (a UTF-8 locale): the node must read the same
+    here = (atomic.read_json(tmp_path / "utf8.json")["unit"], load_state(tmp_path / "state.json")[0])
+    assert here[1] is not None and [here[0], here[1].reason] == ["µs", "ünreadable"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "LC_ALL": "C", "LANG": "C"}
     env.update(PYTHONUTF8="0", PYTHONCOERCECLOCALE="0", PYTHONIOENCODING="utf-8")
     proc = subprocess.run(

@@ -150,7 +150,10 @@ def test_a_ledger_with_a_non_ascii_path_reads_on_a_node_whose_locale_is_c(inputs
         capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str(master).encode("unicode_escape").decode()
+    here = sorted(ledger.read_sweep(sweep).config_files)[0]  # read here, in a UTF-8 locale: the same path
+    assert (
+        proc.stdout.strip() == here.encode("unicode_escape").decode() == str(master).encode("unicode_escape").decode()
+    )
 
 
 def test_queueing_carries_the_nodes_submit_excluded_into_the_state(inputs: Inputs, tmp_path: Path) -> None:

@@ -143,6 +143,7 @@ def test_member_ids_name_the_point_and_the_repeat() -> None:
     }
     assert {m: parse_member(m) for m in cases} == cases
     assert [member_id("0123456789ab", r) for r in (1, 2, 12)] == ["0123456789ab", "0123456789ab.r2", "0123456789ab.r12"]
+    assert member_id("0123456789ab") == "0123456789ab"  # no repeat named: the point itself
     sweep = SweepDir(Path("/r/k/s1"))
     assert sweep.member("0123456789ab.r12") == PointDir(Path("/r/k/s1/points/0123456789ab/repeats/12"))
     assert sweep.member("0123456789ab") == PointDir(Path("/r/k/s1/points/0123456789ab"))
