@@ -289,7 +289,8 @@ update_state(d / "state.json", lambda s: s.advance("failed", "TTFT > 5 \\u00b5s"
 
 def test_the_tree_is_utf8_on_a_node_whose_locale_is_not(tmp_path: Path) -> None:
     # A job's environment may carry LANG=C; the files must read and write as UTF-8 all the same.
-    (tmp_path / "utf8.json").write_bytes('{"unit": "µs"}'.encode())
+    atomic.write_text(tmp_path / "utf8.json", '{"unit": "µs"}')  # here, in a UTF-8 locale, for the node to read
+    assert (tmp_path / "utf8.json").read_bytes() == b'{"unit": "\xc2\xb5s"}'
     (tmp_path / "state.json").write_bytes('{"point_id": "p1", "reason": "ünreadable"}'.encode())
     # read here first (a UTF-8 locale): the node must read the same
     here = (atomic.read_json(tmp_path / "utf8.json")["unit"], load_state(tmp_path / "state.json")[0])
