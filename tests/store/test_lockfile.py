@@ -42,3 +42,14 @@ def test_a_lock_that_does_not_parse_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError) as caught:
         read_lock(path)
     assert str(caught.value).startswith(f"{path}: not a readable lock.json: ") and "\n" not in str(caught.value)
+
+
+def test_each_unreadable_lock_says_why_in_its_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "lock.json"
+    with pytest.raises(UserError) as caught:
+        read_lock(path)
+    assert str(caught.value) == f"{path}: not a readable lock.json: [Errno 2] No such file or directory: '{path}'"
+    path.write_text('{"point_id": "p1"}')  # image, runtime, node, slurmx_version and written_at missing
+    with pytest.raises(UserError) as caught:
+        read_lock(path)
+    assert str(caught.value) == f"{path}: not a readable lock.json: 5 validation errors for LockFile"

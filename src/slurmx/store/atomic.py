@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -24,7 +25,8 @@ class StorageError(UserError):
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write to a temporary name beside `path`, fsync, rename; on any failure the old file stays whole."""
+    """Write to a temporary name beside `path`, fsync, rename, fsync the directory; on any failure before the
+    rename the old file stays whole."""
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -35,12 +37,25 @@ def write_text(path: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     except OSError as exc:
         _discard(tmp)
         raise StorageError(path, exc) from None
     except BaseException:
         _discard(tmp)
         raise
+
+
+def _fsync_dir(directory: Path) -> None:
+    """A rename is on disk only once its directory is: until then a crash can bring back the old file."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: a filesystem that cannot sync a directory (nothing more to do)
+            raise
+    finally:
+        os.close(fd)
 
 
 def _discard(tmp: str | None) -> None:
