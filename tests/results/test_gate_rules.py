@@ -241,6 +241,11 @@ def test_output_tokens_missing_everywhere_is_zero_output() -> None:
     result.request_metrics.tokens.output_actual = Stats()
     result.request_metrics.throughput.output = Rate(tokens_per_second=1.0)
     assert gate.check(result) is None
+    # a mean output length over no successful request is no output (5 errors, every one allowed here)
+    failed = make_result(point_id="p", requests=0, errors=5)
+    failed.request_metrics.throughput.output = None
+    failed.request_metrics.tokens.output_actual = Stats(mean=3.0)
+    assert gate.check(failed, max_error_rate=1.0, min_requests=0) == "zero output tokens: the engine answered nothing"
 
 
 # ---------------------------------------------------------------- partial replays, recorded or legacy
