@@ -59,6 +59,11 @@ STREAMS: dict[str, tuple[str, int]] = {
     "kept at the read margin": (HEADER + steady("0", 200, [7.0, 10.5, 13.5, 17.0]), 1),
     "duplicate timestamps averaged": (HEADER + steady("0", 100, SECONDS) + rows("0", [(12.0, 300.0)]), 1),
     "gpu count mismatch": (HEADER + steady("0", 100, SECONDS), 2),
+    "two gpus for a one-gpu point": (HEADER + steady("0", 100, SECONDS) + steady("1", 100, SECONDS), 1),
+    "a gpu of two samples is judged on its window": (
+        HEADER + steady("0", 100, [9.5, 12.0, 14.5]) + steady("1", 100, [10.0, 13.0]),
+        2,
+    ),
     "ids sort as numbers then names": (
         HEADER + "".join(steady(gpu, 10.0 * (i + 1), SECONDS) for i, gpu in enumerate(["10", "mig-a", "2", "0"])),
         4,
@@ -187,7 +192,7 @@ def test_an_invalid_window_is_refused_before_any_sample_is_read() -> None:
     broken = [(T0 + 10, T0 + 10), (T0 + 10, T0 + 9), (T0 + 10, math.inf), (-math.inf, T0 + 10), (math.nan, T0 + 10)]
     for start, end in broken:
         result = energy.integrate(telemetry, energy.Window(start, end, 1, 1, 1), 1)
-        assert not result.power_valid and result.reasons == ["invalid_benchmark_window"], (start, end)
+        assert result.power_valid is False and result.reasons == ["invalid_benchmark_window"], (start, end)
         assert result.observed_gpu_ids == [] and result.per_gpu_energy_j == {} and result.total_gpu_energy_j is None
         assert result.per_gpu_sample_counts == {} and result.per_gpu_max_sample_gap_s == {}
     half = energy.integrate(telemetry, energy.Window(T0 + 10, T0 + 10.5, 1, 1, 1), 1)
