@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from slurmx import engines
-from slurmx.backends import mooncake
+from slurmx.backends import lmcache, mooncake
 from slurmx.results.evidence import ArmInputs, build_evidence, engine_connector, log_failures
 from slurmx.results.schema import KvCache, PromptBySource, ServerCache, ServerMetrics, ServerTokens
 
@@ -46,6 +46,17 @@ def test_fatal_only_keeps_the_lines_that_fail_a_point_at_the_servers_start(tmp_p
     assert log_failures("lmcache", {"lmcache": shm_only}, fatal_only=True) == []
     assert log_failures("lmcache", {"lmcache": shm_only}) == [
         "LMCache's L1 fell back from /dev/shm to pickle (shm.log:1)"
+    ]
+
+
+def test_a_fatal_pattern_listed_after_other_patterns_is_still_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The order a backend lists its patterns in decides nothing: LMCache's, listed last-first here."""
+    monkeypatch.setattr(lmcache.BACKEND, "log_patterns", tuple(reversed(lmcache.LOG_PATTERNS)))
+    log = _write(tmp_path / "lmcache.log", SHM, FALLBACK)
+    assert log_failures("lmcache", {"lmcache": log}, fatal_only=True) == [
+        "LMCache fell back to torch ops (no compiled extension) (lmcache.log:2)"
     ]
 
 
