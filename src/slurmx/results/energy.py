@@ -187,12 +187,13 @@ def read_telemetry(csv_path: Path, window: Window | None = None, max_gap_s: floa
     )
     powers: dict[str, dict[float, list[float]]] = {}
     counters: dict[str, dict[float, float]] = {}
+    unnamed = False  # a sample without its GPU's id: said once, after the rows (InferenceX's reason order)
     for row in rows[1:]:
         cells = [text.strip() for text in row]
         cell = functools.partial(_cell, cells, where)
         at = parse_timestamp(cell("time"))
         if at is None or not math.isfinite(at):
-            _append(out.reasons, "invalid_timestamp")
+            _append(out.reasons, "invalid_timestamp_sample")
             continue
         if not keep_from <= at <= keep_to:
             continue
@@ -200,12 +201,16 @@ def read_telemetry(csv_path: Path, window: Window | None = None, max_gap_s: floa
         if watts is None or not math.isfinite(watts) or watts < 0:
             _append(out.reasons, "invalid_power_sample")
         elif not gpu:
-            _append(out.reasons, "gpu_identity_missing")
+            unnamed = True
         else:
             powers.setdefault(gpu, {}).setdefault(at, []).append(watts)  # equal timestamps are averaged below
             joules = parse_number(cell("energy")) if where["energy"] is not None else None
             if joules is not None:
                 counters.setdefault(gpu, {})[at] = joules
+    if unnamed:
+        _append(out.reasons, "gpu_identity_missing")
+    if not powers:  # however many rows were refused, as InferenceX says it
+        _append(out.reasons, "no_usable_power_samples")
     out.power = {gpu: sorted((at, mean(ws)) for at, ws in by_time.items()) for gpu, by_time in powers.items()}
     out.energy_counter = {gpu: sorted(by_time.items()) for gpu, by_time in counters.items()}
     return out
