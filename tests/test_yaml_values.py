@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from slurmx.config.yamlfile import load_yaml
+from slurmx.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,3 +77,41 @@ def test_inferencex_masters_and_runners_load_as_pyyaml_loads_them(fixtures: Path
     for name in ("nvidia-master.yaml", "amd-master.yaml", "runners.yaml"):
         path = fixtures / name
         assert same(load_yaml(path, duplicates="warn")[0], yaml.safe_load(path.read_text(encoding="utf-8"))), name
+
+
+def test_a_duplicate_key_is_an_error_naming_file_line_and_key_unless_warned_about(tmp_path: Path) -> None:
+    """The default mode (recipes, InferenceX's srt files) refuses a duplicate at the second one's line; "warn" (the
+    masters and cluster profiles) keeps PyYAML's answer, the last value, and names both lines. A key a `<<` merge
+    brought in and the mapping overrides is no duplicate in either mode."""
+    text = "base: &b {x: 1, y: 0}\nm:\n  <<: *b\n  x: 2\n  z: 3\n  z: 4\n"
+    path = tmp_path / "dup.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(path)
+    error = caught.value
+    assert (error.path, error.line, error.field, error.message) == (path, 6, "z", "duplicate key")
+    assert str(error) == f"{path}:6: z: duplicate key"
+    data, index = load_yaml(path, duplicates="warn")
+    assert same(data, yaml.safe_load(text))
+    assert data["m"] == {"x": 2, "y": 0, "z": 4}
+    assert index.warnings == [f"{path}:6: z: duplicate key (also at line 5); the last one wins"]
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("a: 1\nb:\n  c: 2\n  c: 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(plain)
+    assert str(caught.value) == f"{plain}:4: c: duplicate key"
+    overridden = tmp_path / "override.yaml"
+    overridden.write_text(text.replace("  z: 4\n", ""), encoding="utf-8")
+    assert load_yaml(overridden)[0]["m"] == {"x": 2, "y": 0, "z": 3}
+
+
+def test_an_alias_of_a_merged_mapping_is_the_same_object_as_pyyaml_gives_it(tmp_path: Path) -> None:
+    text = "base: &b {x: 1}\nm: &m\n  <<: *b\n  y: 2\ncopy: *m\n"
+    path = tmp_path / "alias.yaml"
+    path.write_text(text, encoding="utf-8")
+    theirs = yaml.safe_load(text)
+    assert theirs["copy"] is theirs["m"]  # PyYAML's own answer: one object
+    data, index = load_yaml(path)
+    assert same(data, theirs)
+    assert data["copy"] is data["m"]
+    assert index.line_of(data, ("copy", "y")) == 4  # the alias reads the lines of the mapping it names
