@@ -334,3 +334,37 @@ def test_error_line_is_exact(
     args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
     assert main(args) == 2
     assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+
+
+# Unknown names: the hint lists what is close to the name among the fields of the mapping it is in (its own
+# section, not the one above), and nothing when nothing is; snake_case spellings (pydantic's populate_by_name, as
+# InferenceX's validation.py) are located the same way.
+KEYS = "".join(f"kimik3-fp4-b300-vllm-{suffix}: 1\n" for suffix in ("abcd", "a", "abc", "ab"))
+EXACT_NAMES = [
+    (MASTER.replace("image: img", "zzzz: img"), CLUSTERS, "k", "master.yaml:2: k.zzzz: unknown field"),
+    (_entry("{ tp: 8, kv-offloading: dram, kv-offload-backend: { name: lmcache, versoin: v1 }, conc-list: [4] }"),
+     CLUSTERS, "k",
+     "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].kv-offload-backend.versoin: unknown field "
+     "(did you mean 'version'?)"),
+    (_entry("{ tp: 8, kv_offloading: dram, kv_offload_backend: { name: lmcache, foo: 1 }, conc-list: [4] }"),
+     CLUSTERS, "k", "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].kv_offload_backend.foo: unknown field"),
+    (MASTER, CLUSTERS + "    slurm: { partitoin: p }\n", "k",
+     "clusters.yaml:5: hardware.cluster:t.slurm.partitoin: unknown field (did you mean 'partition'?)"),
+    (MASTER, CLUSTERS, "zzzz", "master.yaml: zzzz: unknown config key"),
+    # difflib's ratio 2*M/T by hand, M the 20 characters in common: 40/42, 40/43, 40/44, 40/45; the three closest,
+    # closest first
+    (KEYS, CLUSTERS, "kimik3-fp4-b300-vllm",
+     "master.yaml: kimik3-fp4-b300-vllm: unknown config key (did you mean 'kimik3-fp4-b300-vllm-a', "
+     "'kimik3-fp4-b300-vllm-ab', 'kimik3-fp4-b300-vllm-abc'?)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("master", "clusters", "key", "line"), EXACT_NAMES)
+def test_unknown_names_are_one_exact_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], master: str, clusters: str, key: str, line: str
+) -> None:
+    (tmp_path / "master.yaml").write_text(master)
+    (tmp_path / "clusters.yaml").write_text(clusters)
+    args = ["plan", key, "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
