@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -368,3 +369,159 @@ def test_unknown_names_are_one_exact_line(
     args = ["plan", key, "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
     assert main(args) == 2
     assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+
+
+MULTI_ENTRY = (
+    "      - { prefill: { num-worker: 1, tp: 8, ep: 1, dp-attn: false }, decode: { num-worker: 1, tp: 8, ep: 1, "
+    "dp-attn: false }, kv-offloading: dram, kv-offload-backend: { name: lmcache }, conc-list: [4] }"
+)
+MULTI = f"""\
+k:
+  image: img
+  model: m
+  model-prefix: p
+  runner: cluster:t
+  precision: fp4
+  framework: dynamo-vllm
+  multinode: true
+  scenarios:
+    agentic-coding:
+    - dram-utilization: 0.5
+      search-space:
+{MULTI_ENTRY}
+"""
+WORKERS = (
+    "prefill: { num-worker: 1, tp: 8, ep: 1, dp-attn: false }, decode: { num-worker: 1, tp: 8, ep: 1, dp-attn: false }"
+)
+ENTRY_13 = "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0]"
+
+
+def _multi(entry: str, top: str = "") -> str:
+    """MULTI with its entry replaced, and lines added after `multinode: true` (the entry's line moves down)."""
+    return MULTI.replace(MULTI_ENTRY, "      - " + entry).replace("  multinode: true\n", "  multinode: true\n" + top)
+
+
+# Every rule of the schema and of the expansion, each as the whole line a user sees: file, line (counted by hand
+# in MASTER and MULTI), field path and message.
+EXACT_RULES = [
+    (_entry("{ tp: 8, kv-offloading: dram, kv-offload-backend: { name: lmcache, version: 'image:x' }, conc-list: [4] }"),
+     CLUSTERS, f"{ENTRY_13}.kv-offload-backend.version: version must be a release, package version or source commit, "
+     "not an image reference"),
+    (MASTER.replace("  scenarios:", "  router: { name: r, version: 'image:r' }\n  scenarios:"), CLUSTERS,
+     "master.yaml:9: k.router.version: version must be a release, package version or source commit, not an image "
+     "reference"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-list: [4], conc-start: 1, conc-end: 4 }"), CLUSTERS,
+     f"{ENTRY_13}: give conc-list or conc-start/conc-end, not both"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 0, conc-end: 4 }"), CLUSTERS,
+     f"{ENTRY_13}: conc-start and conc-end must be greater than 0"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 2, conc-end: 0 }"), CLUSTERS,
+     f"{ENTRY_13}: conc-start and conc-end must be greater than 0"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 5, conc-end: 4 }"), CLUSTERS,
+     f"{ENTRY_13}: conc-start 5 is above conc-end 4"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-end: 4 }"), CLUSTERS,
+     f"{ENTRY_13}: missing concurrency: give conc-list, or conc-start and conc-end together"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-list: [] }"), CLUSTERS,
+     f"{ENTRY_13}: missing concurrency: give conc-list, or conc-start and conc-end together"),
+    (_entry("{ tp: 8, kv-offload-backend: { name: lmcache }, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: kv-offload-backend lmcache is set but kv-offloading is not"),
+    (_entry("{ tp: 8, kv-offloading: none, kv-offload-backend: { name: mooncake }, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: kv-offload-backend mooncake is set but kv-offloading is none"),
+    (_entry("{ tp: 8, kv-offloading: dram, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: kv-offloading dram needs a kv-offload-backend (name, and optionally version)"),
+    (_entry("{ tp: 8, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: a single-node agentic entry must give kv-offloading (none or dram)"),
+    (_entry("{ tp: 8, dcp-size: 3, kv-offloading: none, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: tp (8) must be divisible by dcp-size (3)"),
+    (MASTER.replace("    - dram-utilization: 0.63\n      search-space:", "    - search-space:"), CLUSTERS,
+     "master.yaml:11: k.scenarios.agentic-coding[0]: dram-utilization is required when a search-space entry offloads "
+     "KV to DRAM"),
+    (MASTER.split("  scenarios:")[0] + "  scenarios: {}\n", CLUSTERS,
+     "master.yaml:9: k.scenarios: no scenario: give fixed-seq-len or agentic-coding"),
+    (MASTER.replace("cluster:t", "b300"), CLUSTERS,
+     "master.yaml:1: k: agentic configs must use a 'cluster:<name>' runner, got 'b300'"),
+    (MASTER.replace("  scenarios:", "  router: { name: r, version: v }\n  scenarios:")
+     .replace("ep: 1, ", "ep: 1, router: { name: r, version: v }, "), CLUSTERS,
+     "master.yaml:1: k: router must be declared either at the top level or in search-space entries, not both"),
+    (_multi("{ prefill: { num-worker: 1, tp: 8, ep: 1, dp-attn: false, hardware: b300 }, decode: { num-worker: 1, "
+            "tp: 8, ep: 1, dp-attn: false }, kv-offloading: none, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: hardware must be given for both prefill and decode, or neither"),
+    (_multi(f"{{ {WORKERS}, kv-offloading: none, conc-list: [4] }}", "  disagg: true\n"), CLUSTERS,
+     "master.yaml:1: k: disagg true needs kv-p2p-transfer at the top level or in every search-space entry"),
+    (_multi(f"{{ {WORKERS}, kv-offloading: none, kv-p2p-transfer: nixl, conc-list: [4] }}",
+            "  disagg: true\n  kv-p2p-transfer: nixl\n"), CLUSTERS,
+     "master.yaml:1: k: kv-p2p-transfer must be declared either at the top level or in search-space entries, not "
+     "both"),
+    (_multi("{ prefill: { num-worker: 1, tp: 6, ep: 1, dp-attn: false }, decode: { num-worker: 1, tp: 8, ep: 1, "
+            "dp-attn: false }, kv-offloading: dram, kv-offload-backend: { name: lmcache }, conc-list: [4] }"), CLUSTERS,
+     "master.yaml:1: k.scenarios.agentic-coding[0].search-space[0].prefill: tp*pp*pcp-size=6 does not divide "
+     "gpus-per-node=8"),
+    (_multi("{ prefill: { num-worker: 1, tp: 4, pp: 3, ep: 1, dp-attn: false }, decode: { num-worker: 1, tp: 8, "
+            "ep: 1, dp-attn: false }, kv-offloading: dram, kv-offload-backend: { name: lmcache }, conc-list: [4] }"),
+     CLUSTERS, "master.yaml:1: k.scenarios.agentic-coding[0].search-space[0].prefill: tp*pp*pcp-size=12 spans nodes "
+     "but is not a multiple of gpus-per-node=8"),
+    ("'k*': {image: x}\nk: 1\n", CLUSTERS, "master.yaml:2: k: a config key must hold a mapping"),
+    (MASTER, CLUSTERS + "    slurm: { partition: p, setup: ['a', \"b\\nc\"] }\n",
+     "clusters.yaml:5: hardware.cluster:t.slurm.setup: setup line 2 holds a line break: give each shell line its own "
+     "list entry"),
+    (MASTER, CLUSTERS + "    slurm: { partition: p, setup: [\"a\\rb\"] }\n",
+     "clusters.yaml:5: hardware.cluster:t.slurm.setup: setup line 1 holds a line break: give each shell line its own "
+     "list entry"),
+    (MASTER, CLUSTERS + "    slurm: { partition: p, time-limit-min: 2, signal-delay-s: 61 }\n",
+     "clusters.yaml:5: hardware.cluster:t.slurm: signal-delay-s 61 leaves under a minute of a 2-minute time limit: "
+     "raise time-limit-min or lower signal-delay-s"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("master", "clusters", "line"), EXACT_RULES)
+def test_each_rule_is_one_exact_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], master: str, clusters: str, line: str
+) -> None:
+    (tmp_path / "master.yaml").write_text(master)
+    (tmp_path / "clusters.yaml").write_text(clusters)
+    args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+
+
+@pytest.mark.parametrize(
+    ("key", "line"),
+    [
+        ("7", "master.yaml:1: 7: a config key must be a string"),
+        ("k*", "master.yaml:1: k*: '*' is not allowed in a config key"),
+    ],
+)
+def test_a_key_that_is_no_string_or_holds_a_star_is_refused_and_blocks_only_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, line: str
+) -> None:
+    master = "7: {image: x}\n" if key == "7" else "'k*': {image: x}\n"
+    (tmp_path / "master.yaml").write_text(master + MASTER)
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    config = ["--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main(["plan", key, *config]) == 2
+    assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+    assert main(["plan", "k", *config]) == 0  # the good key beside it plans
+
+
+# The other side of each boundary above plans: the concurrencies by hand (doubling from conc-start, always ending at
+# conc-end), and a half-given form beside a whole one is ignored, as InferenceX's validation.py ignores it.
+PLANNED = [
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 4, conc-end: 4 }"), CLUSTERS, [4]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 1, conc-end: 1 }"), CLUSTERS, [1]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 3, conc-end: 40 }"), CLUSTERS, [3, 6, 12, 24, 40]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 2, conc-end: 16 }"), CLUSTERS, [2, 4, 8, 16]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-list: [], conc-start: 2, conc-end: 4 }"), CLUSTERS, [2, 4]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-list: [8, 2], conc-start: 1 }"), CLUSTERS, [8, 2]),
+    (_entry("{ tp: 8, dcp-size: 4, kv-offloading: none, conc-list: [4] }"), CLUSTERS, [4]),
+    (MASTER, CLUSTERS + "    slurm: { partition: p, time-limit-min: 2, signal-delay-s: 60 }\n", [4, 8]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("master", "clusters", "concs"), PLANNED)
+def test_the_boundaries_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], master: str, clusters: str, concs: list[int]
+) -> None:
+    (tmp_path / "master.yaml").write_text(master)
+    (tmp_path / "clusters.yaml").write_text(clusters)
+    args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main([*args, "--json"]) == 0
+    assert [row["conc"] for row in json.loads(capsys.readouterr().out)] == concs
