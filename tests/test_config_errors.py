@@ -525,3 +525,44 @@ def test_the_boundaries_plan(
     args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
     assert main([*args, "--json"]) == 0
     assert [row["conc"] for row in json.loads(capsys.readouterr().out)] == concs
+
+
+def test_the_expansions_refusals_name_the_key_the_field_and_the_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where a key's runner has no figures for its DRAM budget, or its server does not fit a node (tp x pp x pcp
+    GPUs: 4 x 2 x 2 = 16 on an 8-GPU node), and where a key is in neither of two master files."""
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    clusters = tmp_path / "clusters.yaml"
+    cases = [
+        (MASTER.replace("cluster:t", "cluster:tt"),
+         f"master.yaml:1: k.runner: no hardware entry for cluster label 'cluster:tt' in {clusters}, needed for the "
+         "kv-offloading dram budget (did you mean 'cluster:t'?)"),
+        (_entry("{ tp: 4, pp: 2, pcp-size: 2, kv-offloading: none, conc-list: [4] }"),
+         "master.yaml:1: k.scenarios.agentic-coding[0].search-space[0].tp: needs 16 GPUs but cluster:t has 8 per node"),
+    ]  # fmt: skip
+    for master, line in cases:
+        (tmp_path / "master.yaml").write_text(master)
+        assert main(["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(clusters)]) == 2
+        assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+    (tmp_path / "master.yaml").write_text(MASTER)
+    (tmp_path / "other.yaml").write_text(MASTER.replace("k:", "k2:", 1))
+    configs = ["--config", str(tmp_path / "master.yaml"), "--config", str(tmp_path / "other.yaml")]
+    assert main(["plan", "k22", *configs, "--clusters", str(clusters)]) == 2
+    assert capsys.readouterr().err == (
+        f"slurmx: error: {tmp_path}/master.yaml, {tmp_path}/other.yaml: k22: unknown config key (did you mean 'k2'?)\n"
+    )
+
+
+def test_a_key_without_offloading_plans_on_a_runner_without_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """InferenceX reads a runner's hardware only for a DRAM budget: without one, no figures are needed (budget 0)."""
+    (tmp_path / "master.yaml").write_text(
+        _entry("{ tp: 16, kv-offloading: none, conc-list: [4] }").replace("cluster:t", "cluster:zz")
+    )
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main([*args, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["runner"], row["tp"], row["total-cpu-dram-gb"], row["kv-offloading"]) == ("cluster:zz", 16, 0, "none")
