@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from slurmx.cli import main
+from slurmx.config.load import load_clusters, load_masters
+from slurmx.errors import ConfigError
+from slurmx.plan import expand, expand_each
 
 CLUSTERS = """\
 hardware:
@@ -566,3 +569,18 @@ def test_a_key_without_offloading_plans_on_a_runner_without_figures(
     assert main([*args, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert (row["runner"], row["tp"], row["total-cpu-dram-gb"], row["kv-offloading"]) == ("cluster:zz", 16, 0, "none")
+
+
+def test_expand_raises_the_first_bad_keys_error(tmp_path: Path) -> None:
+    (tmp_path / "master.yaml").write_text(
+        MASTER.replace("k:", "a:", 1).replace("cluster:t", "cluster:x")
+        + MASTER.replace("k:", "b:", 1).replace("tp: 8", "tp: 16")
+    )
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    masters = load_masters([tmp_path / "master.yaml"])
+    clusters = load_clusters(tmp_path / "clusters.yaml")
+    for keys, field in ((["a", "b"], "a.runner"), (["b", "a"], "b.scenarios.agentic-coding[0].search-space[0].tp")):
+        with pytest.raises(ConfigError) as caught:
+            expand(keys, masters, clusters)
+        assert caught.value.field == field
+    assert expand_each(["a", "b"], masters, clusters)[1][1].field == "b.scenarios.agentic-coding[0].search-space[0].tp"

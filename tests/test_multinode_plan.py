@@ -163,6 +163,8 @@ def _workers(prefill: tuple[int, int, int], decode: tuple[int, int, int]) -> Poi
         ((5, 2, 1), (0, 8, 1), NodeLayout(2, 8, 4, 5)),  # five: four on the first node, one on the second
         ((2, 16, 1), (0, 8, 1), NodeLayout(4, 8, 0, 2)),  # a 16-GPU worker spans two whole nodes; two of them
         ((1, 4, 3), (0, 8, 1), NodeLayout(2, 8, 0, 1)),  # tp4 x pp3 = 12 GPUs: two nodes
+        ((2, 6, 1), (0, 8, 1), NodeLayout(2, 6, 1, 2)),  # a 6-GPU worker leaves 2 of a node's GPUs: one per node
+        ((0, 8, 1), (0, 8, 1), NodeLayout(0, 0, 0, 0)),  # no worker on either side: nothing asked
         # both sides: nodes added, the larger ask per node, ranks of both, none per node
         ((1, 4, 1), (2, 8, 1), NodeLayout(3, 8, 0, 3)),
         ((1, 8, 1), (1, 4, 1), NodeLayout(2, 8, 0, 2)),
