@@ -584,3 +584,19 @@ def test_expand_raises_the_first_bad_keys_error(tmp_path: Path) -> None:
             expand(keys, masters, clusters)
         assert caught.value.field == field
     assert expand_each(["a", "b"], masters, clusters)[1][1].field == "b.scenarios.agentic-coding[0].search-space[0].tp"
+
+
+def test_each_point_keeps_its_scenarios_dram_utilization_and_budget(tmp_path: Path) -> None:
+    """advise shows a point's dram-utilization beside its budget: 2,964,436 MiB capped at 2,861,022 MiB,
+    x 2^20 bytes x 0.63 = 1,889,999,372,943.36 bytes on all 8 GPUs (1889 GB); an entry without offloading in the same
+    scenario keeps the utilization and has no budget."""
+    (tmp_path / "master.yaml").write_text(
+        MASTER.replace(ENTRY, ENTRY + "\n      - { tp: 8, kv-offloading: none, conc-list: [2] }")
+    )
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    points = expand(["k"], load_masters([tmp_path / "master.yaml"]), load_clusters(tmp_path / "clusters.yaml"))
+    assert [(p.conc, p.dram_utilization, p.total_cpu_dram_gb) for p in points] == [
+        (4, 0.63, 1889),
+        (8, 0.63, 1889),
+        (2, 0.63, 0),
+    ]
