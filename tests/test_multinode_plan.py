@@ -182,3 +182,13 @@ def test_a_single_node_point_is_one_node_of_its_servers_gpus() -> None:
                                 decode=None, tp=2, pp=2, pcp_size=1, exp_name="", point_id="")  # fmt: skip
     assert node_layout(point, 8) == NodeLayout(1, 4, 1, 1)
     assert not NodeLayout(1, 4, 1, 1).multinode and NodeLayout(2, 8, 0, 2).multinode
+
+
+def test_a_multinode_point_has_no_single_server_of_its_own() -> None:
+    """Its workers carry the parallelism: the point's own tp is 0 (no server of tp x pp x pcp GPUs: 0 GPUs), and
+    the server its DRAM budget is for is one prefill worker."""
+    (point,) = load_inputs(None, None, [LOCAL_KEY]).points[:1]
+    assert point.multinode and point.prefill is not None
+    assert (point.tp, point.pp, point.dcp_size, point.pcp_size, point.ep, point.dp_attn) == (0, 1, 1, 1, 1, False)
+    assert point.gpus == 0
+    assert point.server_gpus == point.prefill.tp * point.prefill.pp * point.prefill.pcp_size == 1
