@@ -600,3 +600,46 @@ def test_each_point_keeps_its_scenarios_dram_utilization_and_budget(tmp_path: Pa
         (8, 0.63, 1889),
         (2, 0.63, 0),
     ]
+
+
+def test_load_masters_keeps_every_key_in_file_order_and_a_repeated_key_blocks_both_copies(tmp_path: Path) -> None:
+    """InferenceX refuses a key defined twice; the keys after it in the second file still load, and the first file's
+    copy is no config either. Each key's source is its file and line."""
+    (tmp_path / "a.yaml").write_text(MASTER + MASTER.replace("k:", "a2:", 1))
+    (tmp_path / "b.yaml").write_text(MASTER.replace("k:", "b0:", 1) + MASTER + MASTER.replace("k:", "b2:", 1))
+    masters = load_masters([tmp_path / "a.yaml", tmp_path / "b.yaml"])
+    assert masters.files == [tmp_path / "a.yaml", tmp_path / "b.yaml"]
+    assert list(masters.configs) == ["a2", "b0", "b2"]
+    assert {key: (source.path.name, source.line) for key, source in masters.sources.items()} == {
+        "k": ("a.yaml", 1), "a2": ("a.yaml", 14), "b0": ("b.yaml", 1), "b2": ("b.yaml", 27)
+    }  # fmt: skip
+    error = masters.errors["k"]
+    assert str(error) == f"{tmp_path}/b.yaml:14: k: config key also defined at {tmp_path}/a.yaml:1"
+    assert masters.warnings == []
+
+
+def test_load_clusters_blocks_only_a_bad_labels_keys_and_keeps_each_labels_line(tmp_path: Path) -> None:
+    text = (
+        CLUSTERS
+        + "  cluster:bad:\n    available-cpu-dram-mib: 1\n    gpus-per-node: 0\n  cluster:t:\n"
+        + ("    available-cpu-dram-mib: 64\n    gpus-per-node: 1\n")
+    )
+    (tmp_path / "clusters.yaml").write_text(text)
+    clusters = load_clusters(tmp_path / "clusters.yaml")
+    assert clusters.path == tmp_path / "clusters.yaml"
+    assert clusters.lines == {"cluster:t": 8, "cluster:bad": 5}
+    assert clusters.warnings == [
+        f"{tmp_path}/clusters.yaml:8: cluster:t: duplicate key (also at line 2); the last one wins"
+    ]
+    t = clusters.profile("cluster:t")
+    assert t is not None and (t.available_cpu_dram_mib, t.gpus_per_node) == (64, 1)
+    assert clusters.profile("cluster:none") is None
+    with pytest.raises(ConfigError) as caught:
+        clusters.profile("cluster:bad")
+    assert str(caught.value) == (
+        f"{tmp_path}/clusters.yaml:7: hardware.cluster:bad.gpus-per-node: Input should be greater than 0"
+    )
+    (tmp_path / "top.yaml").write_text(CLUSTERS + "hardwares: {}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_clusters(tmp_path / "top.yaml")
+    assert str(caught.value) == f"{tmp_path}/top.yaml:5: hardwares: unknown field (did you mean 'hardware'?)"
