@@ -115,3 +115,52 @@ def test_an_alias_of_a_merged_mapping_is_the_same_object_as_pyyaml_gives_it(tmp_
     assert same(data, theirs)
     assert data["copy"] is data["m"]
     assert index.line_of(data, ("copy", "y")) == 4  # the alias reads the lines of the mapping it names
+
+
+# Each with the line of its problem counted by hand: the stream's end after an open `[` is line 2.
+SYNTAX = [
+    ("a: [1, 2\n", 2), ("a:\n\tb: 1\n", 2), ("a: 1\n---\nb: 2\n", 2), ("a: 1\n  b: 2\n", 2), ("k: {x: 1\ny: 2\n", 2),
+    ("a: *nope\n", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    SYNTAX,
+    ids=["open flow", "tab", "two documents", "bad indent", "unclosed mapping", "unknown alias"],
+)
+def test_a_syntax_error_is_pyyamls_problem_at_its_line(tmp_path: Path, text: str, line: int) -> None:
+    """The problem and line PyYAML's own loader reports (libyaml's, where PyYAML has it, as slurmx loads)."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(yaml.MarkedYAMLError) as theirs:
+        yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    mark = theirs.value.problem_mark or theirs.value.context_mark
+    assert mark is not None and mark.line + 1 == line
+    problem = (theirs.value.problem or theirs.value.context or "").strip()
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(path)
+    assert (caught.value.path, caught.value.line, caught.value.field) == (path, mark.line + 1, "")
+    assert caught.value.message == f"YAML syntax error: {problem}"
+    assert str(caught.value) == f"{path}:{mark.line + 1}: YAML syntax error: {problem}"
+
+
+def test_a_file_that_cannot_be_read_as_text_is_one_line(tmp_path: Path) -> None:
+    binary = tmp_path / "latin1.yaml"
+    binary.write_bytes("k: caf\xe9\n".encode("latin-1"))
+    cases = [
+        (tmp_path / "missing.yaml", "file not found"),
+        (tmp_path, "cannot read: IsADirectoryError"),
+        (binary, "cannot read: UnicodeDecodeError"),
+    ]
+    for path, message in cases:
+        with pytest.raises(ConfigError) as caught:
+            load_yaml(path)
+        assert str(caught.value) == f"{path}: {message}"
+
+
+def test_an_empty_file_is_none_as_pyyaml_loads_it(tmp_path: Path) -> None:
+    for text in ("", "# only a comment\n", "---\n"):
+        path = tmp_path / "empty.yaml"
+        path.write_text(text, encoding="utf-8")
+        assert load_yaml(path)[0] is None is yaml.safe_load(text)
