@@ -164,3 +164,21 @@ def test_an_empty_file_is_none_as_pyyaml_loads_it(tmp_path: Path) -> None:
         path = tmp_path / "empty.yaml"
         path.write_text(text, encoding="utf-8")
         assert load_yaml(path)[0] is None is yaml.safe_load(text)
+
+
+def test_the_line_of_a_path_is_that_of_its_deepest_part_that_exists(tmp_path: Path) -> None:
+    """A validation error's field may name a key the file lacks (a missing field), an item past a list's end or a
+    part under a scalar: the line is the deepest one that is there (counted by hand)."""
+    path = tmp_path / "lines.yaml"
+    path.write_text("a:\n  b:\n    - 1\n    - 2\n  c: 3\nd: x\n", encoding="utf-8")
+    data, index = load_yaml(path)
+    expected = {
+        ("a", "b", 1): 4,
+        ("a", "b", 5): 2,  # no sixth item
+        ("a", "zz", "c"): 1,  # no key zz: not c of a either
+        ("a", "c", "x"): 5,  # under a scalar
+        ("d", 0): 6,  # the characters of a string have no lines
+        ("q",): None,
+        (): None,
+    }
+    assert {p: index.line_of(data, p) for p in expected} == expected
