@@ -440,6 +440,9 @@ EXACT_RULES = [
      "KV to DRAM"),
     (MASTER.split("  scenarios:")[0] + "  scenarios: {}\n", CLUSTERS,
      "master.yaml:9: k.scenarios: no scenario: give fixed-seq-len or agentic-coding"),
+    (MASTER.replace("  multinode: false\n", ""), CLUSTERS, "master.yaml:1: k.multinode: required field is missing"),
+    (MASTER.replace("multinode: false", "multinode: null"), CLUSTERS,
+     "master.yaml:8: k.multinode: must be true or false, got None"),
     (MASTER.replace("cluster:t", "b300"), CLUSTERS,
      "master.yaml:1: k: agentic configs must use a 'cluster:<name>' runner, got 'b300'"),
     (MASTER.replace("  scenarios:", "  router: { name: r, version: v }\n  scenarios:")
