@@ -619,6 +619,11 @@ def test_load_masters_keeps_every_key_in_file_order_and_a_repeated_key_blocks_bo
     error = masters.errors["k"]
     assert str(error) == f"{tmp_path}/b.yaml:14: k: config key also defined at {tmp_path}/a.yaml:1"
     assert masters.warnings == []
+    # a first copy that was itself invalid: the second is the same refusal, not a crash
+    (tmp_path / "c.yaml").write_text("k: 1\n")
+    again = load_masters([tmp_path / "c.yaml", tmp_path / "a.yaml"])
+    assert str(again.errors["k"]) == f"{tmp_path}/a.yaml:1: k: config key also defined at {tmp_path}/c.yaml:1"
+    assert list(again.configs) == ["a2"]
 
 
 def test_load_clusters_blocks_only_a_bad_labels_keys_and_keeps_each_labels_line(tmp_path: Path) -> None:
