@@ -120,14 +120,23 @@ def test_an_alias_of_a_merged_mapping_is_the_same_object_as_pyyaml_gives_it(tmp_
 # Each with the line of its problem counted by hand: the stream's end after an open `[` is line 2.
 SYNTAX = [
     ("a: [1, 2\n", 2), ("a:\n\tb: 1\n", 2), ("a: 1\n---\nb: 2\n", 2), ("a: 1\n  b: 2\n", 2), ("k: {x: 1\ny: 2\n", 2),
-    ("a: *nope\n", 1),
+    ("a: *nope\n", 1), ("a:\n  b: !foo 1\n", 2), ("a: !!python/name:os.system x\n", 1),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("text", "line"),
     SYNTAX,
-    ids=["open flow", "tab", "two documents", "bad indent", "unclosed mapping", "unknown alias"],
+    ids=[
+        "open flow",
+        "tab",
+        "two documents",
+        "bad indent",
+        "unclosed mapping",
+        "unknown alias",
+        "unknown tag",
+        "unsafe tag",
+    ],
 )
 def test_a_syntax_error_is_pyyamls_problem_at_its_line(tmp_path: Path, text: str, line: int) -> None:
     """The problem and line PyYAML's own loader reports (libyaml's, where PyYAML has it, as slurmx loads)."""
