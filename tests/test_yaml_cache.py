@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from slurmx.config import yamlfile
+from slurmx.config import yamlcache, yamlfile
 from slurmx.config.yamlfile import LineIndex, load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,3 +240,18 @@ def test_an_entry_of_another_shape_with_the_right_digest_parses_anew(tmp_path: P
     data, index = load_yaml(path, duplicates="warn")
     assert data == good and lines(data, index) == LINES
     assert entry.read_bytes() == blob  # replaced by the new parse
+
+
+def test_an_entry_of_another_builder_is_not_read(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slurmx whose YAML builder (or PyYAML) differs must not answer from an entry the other one parsed: the same
+    bytes parse anew into an entry of their own."""
+    path = tmp_path / "m.yaml"
+    path.write_text(MASTER, encoding="utf-8")
+    load_yaml(path, duplicates="warn")
+    parses = []
+    real = yamlfile._parse
+    monkeypatch.setattr(yamlfile, "_parse", lambda *args: parses.append(1) or real(*args))
+    monkeypatch.setattr(yamlcache, "_version", lambda: b"another builder")
+    data, index = load_yaml(path, duplicates="warn")
+    assert parses == [1] and lines(data, index) == LINES
+    assert len(entries(cache)) == 2

@@ -115,6 +115,11 @@ def test_an_alias_of_a_merged_mapping_is_the_same_object_as_pyyaml_gives_it(tmp_
     assert same(data, theirs)
     assert data["copy"] is data["m"]
     assert index.line_of(data, ("copy", "y")) == 4  # the alias reads the lines of the mapping it names
+    listed = tmp_path / "list.yaml"
+    listed.write_text("l: &l [1, 2]\nm: *l\n", encoding="utf-8")
+    theirs = yaml.safe_load(listed.read_text(encoding="utf-8"))
+    data = load_yaml(listed)[0]
+    assert theirs["m"] is theirs["l"] and data["m"] is data["l"] and data == theirs
 
 
 # Each with the line of its problem counted by hand: the stream's end after an open `[` is line 2.
