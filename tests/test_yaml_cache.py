@@ -248,10 +248,15 @@ def test_an_entry_of_another_builder_is_not_read(tmp_path: Path, cache: Path, mo
     path = tmp_path / "m.yaml"
     path.write_text(MASTER, encoding="utf-8")
     load_yaml(path, duplicates="warn")
-    parses = []
+    parses: list[Path] = []
     real = yamlfile._parse
-    monkeypatch.setattr(yamlfile, "_parse", lambda *args: parses.append(1) or real(*args))
+
+    def counted(*args: Any) -> Any:
+        parses.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(yamlfile, "_parse", counted)
     monkeypatch.setattr(yamlcache, "_version", lambda: b"another builder")
     data, index = load_yaml(path, duplicates="warn")
-    assert parses == [1] and lines(data, index) == LINES
+    assert parses == [path] and lines(data, index) == LINES
     assert len(entries(cache)) == 2
