@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmx.config import yamlfile
 from slurmx.config.yamlfile import load_yaml
 from slurmx.errors import ConfigError
 
@@ -196,3 +197,28 @@ def test_the_line_of_a_path_is_that_of_its_deepest_part_that_exists(tmp_path: Pa
         (): None,
     }
     assert {p: index.line_of(data, p) for p in expected} == expected
+
+
+def test_a_character_yaml_refuses_is_one_line_with_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyYAML's own text for it is two lines without a line number; slurmx's names the line. libyaml reports the
+    position in UTF-8 bytes (three 2-byte characters before the refused one: byte 6, character 3), PyYAML's reader
+    in characters."""
+    text = "ééé\x07\n\n\n"
+    path = tmp_path / "ctl.yaml"
+    path.write_text(text, encoding="utf-8")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with pytest.raises(yaml.reader.ReaderError) as theirs:
+        yaml.load(text, Loader=loader)
+    assert theirs.value.position == (6 if loader is not yaml.SafeLoader else 3)
+    reason = str(theirs.value).splitlines()[0]
+    assert reason.startswith("unacceptable character #x0007: ")
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(path)
+    assert str(caught.value) == f"{path}:1: YAML error: {reason}"
+    later = tmp_path / "later.yaml"
+    later.write_text("a: 1\nb: é\nc: \x07\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(later)
+    assert caught.value.line == 3
+    monkeypatch.setattr(yamlfile, "_BaseLoader", yaml.SafeLoader)  # the position PyYAML's own reader gives
+    assert yamlfile._reader_line(text, 3) == 1 and yamlfile._reader_line("a: 1\nb: é\nc: \x07\n", 13) == 3
