@@ -84,6 +84,7 @@ def test_a_multinode_fixed_seq_len_point_runs_its_whole_list_and_conc_is_its_fir
     for p in points:
         assert p.concs and p.conc == p.concs[0] and p.concurrencies == p.concs
         assert p.row()["conc"] == list(p.concs)
+        assert p.config_key == MULTINODE_FIXED  # the key is part of what the id hashes
 
 
 FIXED = """
@@ -113,4 +114,5 @@ def test_a_fixed_seq_len_point_offloads_nothing_and_has_no_budget_or_duration(tm
     assert (point.kv_offloading, point.backend_name, point.kv_offload_backend) == ("none", "none", None)
     assert (point.total_cpu_dram_gb, point.dram_utilization, point.duration_s) == (0, None, None)
     assert (point.exp_name, point.row()["max-model-len"], point.conc) == ("p_1024_8192", 1024 + 8192 + 256, 16)
+    assert point.config_key == "f"
     assert "kv-offloading" not in point.row() and "total-cpu-dram-gb" not in point.row()
