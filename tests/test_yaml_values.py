@@ -220,5 +220,11 @@ def test_a_character_yaml_refuses_is_one_line_with_its_line(tmp_path: Path, monk
     with pytest.raises(ConfigError) as caught:
         load_yaml(later)
     assert caught.value.line == 3
+    first = tmp_path / "first.yaml"
+    first.write_text("\n\x07\n", encoding="utf-8")  # a newline as the file's first character counts too
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(first)
+    assert caught.value.line == 2
     monkeypatch.setattr(yamlfile, "_BaseLoader", yaml.SafeLoader)  # the position PyYAML's own reader gives
     assert yamlfile._reader_line(text, 3) == 1 and yamlfile._reader_line("a: 1\nb: é\nc: \x07\n", 13) == 3
+    assert yamlfile._reader_line("\n\x07\n", 1) == 2
