@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -10,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from slurmx.cli import main
+from slurmx.config.load import load_clusters, load_masters
+from slurmx.errors import ConfigError
+from slurmx.plan import expand, expand_each
 
 CLUSTERS = """\
 hardware:
@@ -334,3 +338,316 @@ def test_error_line_is_exact(
     args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
     assert main(args) == 2
     assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+
+
+# Unknown names: the hint lists what is close to the name among the fields of the mapping it is in (its own
+# section, not the one above), and nothing when nothing is; snake_case spellings (pydantic's populate_by_name, as
+# InferenceX's validation.py) are located the same way.
+KEYS = "".join(f"kimik3-fp4-b300-vllm-{suffix}: 1\n" for suffix in ("abcd", "a", "abc", "ab"))
+EXACT_NAMES = [
+    (MASTER.replace("image: img", "zzzz: img"), CLUSTERS, "k", "master.yaml:2: k.zzzz: unknown field"),
+    (_entry("{ tp: 8, kv-offloading: dram, kv-offload-backend: { name: lmcache, versoin: v1 }, conc-list: [4] }"),
+     CLUSTERS, "k",
+     "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].kv-offload-backend.versoin: unknown field "
+     "(did you mean 'version'?)"),
+    (_entry("{ tp: 8, kv_offloading: dram, kv_offload_backend: { name: lmcache, foo: 1 }, conc-list: [4] }"),
+     CLUSTERS, "k", "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].kv_offload_backend.foo: unknown field"),
+    (MASTER, CLUSTERS + "    slurm: { partitoin: p }\n", "k",
+     "clusters.yaml:5: hardware.cluster:t.slurm.partitoin: unknown field (did you mean 'partition'?)"),
+    (MASTER, CLUSTERS, "zzzz", "master.yaml: zzzz: unknown config key"),
+    # difflib's ratio 2*M/T by hand, M the 20 characters in common: 40/42, 40/43, 40/44, 40/45; the three closest,
+    # closest first
+    (KEYS, CLUSTERS, "kimik3-fp4-b300-vllm",
+     "master.yaml: kimik3-fp4-b300-vllm: unknown config key (did you mean 'kimik3-fp4-b300-vllm-a', "
+     "'kimik3-fp4-b300-vllm-ab', 'kimik3-fp4-b300-vllm-abc'?)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("master", "clusters", "key", "line"), EXACT_NAMES)
+def test_unknown_names_are_one_exact_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], master: str, clusters: str, key: str, line: str
+) -> None:
+    (tmp_path / "master.yaml").write_text(master)
+    (tmp_path / "clusters.yaml").write_text(clusters)
+    args = ["plan", key, "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+
+
+MULTI_ENTRY = (
+    "      - { prefill: { num-worker: 1, tp: 8, ep: 1, dp-attn: false }, decode: { num-worker: 1, tp: 8, ep: 1, "
+    "dp-attn: false }, kv-offloading: dram, kv-offload-backend: { name: lmcache }, conc-list: [4] }"
+)
+MULTI = f"""\
+k:
+  image: img
+  model: m
+  model-prefix: p
+  runner: cluster:t
+  precision: fp4
+  framework: dynamo-vllm
+  multinode: true
+  scenarios:
+    agentic-coding:
+    - dram-utilization: 0.5
+      search-space:
+{MULTI_ENTRY}
+"""
+WORKERS = (
+    "prefill: { num-worker: 1, tp: 8, ep: 1, dp-attn: false }, decode: { num-worker: 1, tp: 8, ep: 1, dp-attn: false }"
+)
+ENTRY_13 = "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0]"
+
+
+def _multi(entry: str, top: str = "") -> str:
+    """MULTI with its entry replaced, and lines added after `multinode: true` (the entry's line moves down)."""
+    return MULTI.replace(MULTI_ENTRY, "      - " + entry).replace("  multinode: true\n", "  multinode: true\n" + top)
+
+
+# Every rule of the schema and of the expansion, each as the whole line a user sees: file, line (counted by hand
+# in MASTER and MULTI), field path and message.
+EXACT_RULES = [
+    (_entry("{ tp: 8, kv-offloading: dram, kv-offload-backend: { name: lmcache, version: 'image:x' }, conc-list: [4] }"),
+     CLUSTERS, f"{ENTRY_13}.kv-offload-backend.version: version must be a release, package version or source commit, "
+     "not an image reference"),
+    (MASTER.replace("  scenarios:", "  router: { name: r, version: 'image:r' }\n  scenarios:"), CLUSTERS,
+     "master.yaml:9: k.router.version: version must be a release, package version or source commit, not an image "
+     "reference"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-list: [4], conc-start: 1, conc-end: 4 }"), CLUSTERS,
+     f"{ENTRY_13}: give conc-list or conc-start/conc-end, not both"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 0, conc-end: 4 }"), CLUSTERS,
+     f"{ENTRY_13}: conc-start and conc-end must be greater than 0"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 2, conc-end: 0 }"), CLUSTERS,
+     f"{ENTRY_13}: conc-start and conc-end must be greater than 0"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 5, conc-end: 4 }"), CLUSTERS,
+     f"{ENTRY_13}: conc-start 5 is above conc-end 4"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-end: 4 }"), CLUSTERS,
+     f"{ENTRY_13}: missing concurrency: give conc-list, or conc-start and conc-end together"),
+    (_entry("{ tp: 8, kv-offloading: none, conc-list: [] }"), CLUSTERS,
+     f"{ENTRY_13}: missing concurrency: give conc-list, or conc-start and conc-end together"),
+    (_entry("{ tp: 8, kv-offload-backend: { name: lmcache }, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: kv-offload-backend lmcache is set but kv-offloading is not"),
+    (_entry("{ tp: 8, kv-offloading: none, kv-offload-backend: { name: mooncake }, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: kv-offload-backend mooncake is set but kv-offloading is none"),
+    (_entry("{ tp: 8, kv-offloading: dram, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: kv-offloading dram needs a kv-offload-backend (name, and optionally version)"),
+    (_entry("{ tp: 8, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: a single-node agentic entry must give kv-offloading (none or dram)"),
+    (_entry("{ tp: 8, dcp-size: 3, kv-offloading: none, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: tp (8) must be divisible by dcp-size (3)"),
+    (MASTER.replace("    - dram-utilization: 0.63\n      search-space:", "    - search-space:"), CLUSTERS,
+     "master.yaml:11: k.scenarios.agentic-coding[0]: dram-utilization is required when a search-space entry offloads "
+     "KV to DRAM"),
+    (MASTER.split("  scenarios:")[0] + "  scenarios: {}\n", CLUSTERS,
+     "master.yaml:9: k.scenarios: no scenario: give fixed-seq-len or agentic-coding"),
+    (MASTER.replace("  multinode: false\n", ""), CLUSTERS, "master.yaml:1: k.multinode: required field is missing"),
+    (MASTER.replace("multinode: false", "multinode: null"), CLUSTERS,
+     "master.yaml:8: k.multinode: must be true or false, got None"),
+    (MASTER.replace("cluster:t", "b300"), CLUSTERS,
+     "master.yaml:1: k: agentic configs must use a 'cluster:<name>' runner, got 'b300'"),
+    (MASTER.replace("  scenarios:", "  router: { name: r, version: v }\n  scenarios:")
+     .replace("ep: 1, ", "ep: 1, router: { name: r, version: v }, "), CLUSTERS,
+     "master.yaml:1: k: router must be declared either at the top level or in search-space entries, not both"),
+    (_multi("{ prefill: { num-worker: 1, tp: 8, ep: 1, dp-attn: false, hardware: b300 }, decode: { num-worker: 1, "
+            "tp: 8, ep: 1, dp-attn: false }, kv-offloading: none, conc-list: [4] }"), CLUSTERS,
+     f"{ENTRY_13}: hardware must be given for both prefill and decode, or neither"),
+    (_multi(f"{{ {WORKERS}, kv-offloading: none, conc-list: [4] }}", "  disagg: true\n"), CLUSTERS,
+     "master.yaml:1: k: disagg true needs kv-p2p-transfer at the top level or in every search-space entry"),
+    (_multi(f"{{ {WORKERS}, kv-offloading: none, kv-p2p-transfer: nixl, conc-list: [4] }}",
+            "  disagg: true\n  kv-p2p-transfer: nixl\n"), CLUSTERS,
+     "master.yaml:1: k: kv-p2p-transfer must be declared either at the top level or in search-space entries, not "
+     "both"),
+    (_multi("{ prefill: { num-worker: 1, tp: 6, ep: 1, dp-attn: false }, decode: { num-worker: 1, tp: 8, ep: 1, "
+            "dp-attn: false }, kv-offloading: dram, kv-offload-backend: { name: lmcache }, conc-list: [4] }"), CLUSTERS,
+     "master.yaml:1: k.scenarios.agentic-coding[0].search-space[0].prefill: tp*pp*pcp-size=6 does not divide "
+     "gpus-per-node=8"),
+    (_multi("{ prefill: { num-worker: 1, tp: 4, pp: 3, ep: 1, dp-attn: false }, decode: { num-worker: 1, tp: 8, "
+            "ep: 1, dp-attn: false }, kv-offloading: dram, kv-offload-backend: { name: lmcache }, conc-list: [4] }"),
+     CLUSTERS, "master.yaml:1: k.scenarios.agentic-coding[0].search-space[0].prefill: tp*pp*pcp-size=12 spans nodes "
+     "but is not a multiple of gpus-per-node=8"),
+    ("'k*': {image: x}\nk: 1\n", CLUSTERS, "master.yaml:2: k: a config key must hold a mapping"),
+    (MASTER, CLUSTERS + "    slurm: { partition: p, setup: ['a', \"b\\nc\"] }\n",
+     "clusters.yaml:5: hardware.cluster:t.slurm.setup: setup line 2 holds a line break: give each shell line its own "
+     "list entry"),
+    (MASTER, CLUSTERS + "    slurm: { partition: p, setup: [\"a\\rb\"] }\n",
+     "clusters.yaml:5: hardware.cluster:t.slurm.setup: setup line 1 holds a line break: give each shell line its own "
+     "list entry"),
+    (MASTER, CLUSTERS + "    slurm: { partition: p, time-limit-min: 2, signal-delay-s: 61 }\n",
+     "clusters.yaml:5: hardware.cluster:t.slurm: signal-delay-s 61 leaves under a minute of a 2-minute time limit: "
+     "raise time-limit-min or lower signal-delay-s"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("master", "clusters", "line"), EXACT_RULES)
+def test_each_rule_is_one_exact_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], master: str, clusters: str, line: str
+) -> None:
+    (tmp_path / "master.yaml").write_text(master)
+    (tmp_path / "clusters.yaml").write_text(clusters)
+    args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+
+
+@pytest.mark.parametrize(
+    ("key", "line"),
+    [
+        ("7", "master.yaml:1: 7: a config key must be a string"),
+        ("k*", "master.yaml:1: k*: '*' is not allowed in a config key"),
+    ],
+)
+def test_a_key_that_is_no_string_or_holds_a_star_is_refused_and_blocks_only_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, line: str
+) -> None:
+    master = "7: {image: x}\n" if key == "7" else "'k*': {image: x}\n"
+    (tmp_path / "master.yaml").write_text(master + MASTER)
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    config = ["--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main(["plan", key, *config]) == 2
+    assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+    assert main(["plan", "k", *config]) == 0  # the good key beside it plans
+
+
+# The other side of each boundary above plans: the concurrencies by hand (doubling from conc-start, always ending at
+# conc-end), and a half-given form beside a whole one is ignored, as InferenceX's validation.py ignores it.
+PLANNED = [
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 4, conc-end: 4 }"), CLUSTERS, [4]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 1, conc-end: 1 }"), CLUSTERS, [1]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 3, conc-end: 40 }"), CLUSTERS, [3, 6, 12, 24, 40]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-start: 2, conc-end: 16 }"), CLUSTERS, [2, 4, 8, 16]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-list: [], conc-start: 2, conc-end: 4 }"), CLUSTERS, [2, 4]),
+    (_entry("{ tp: 8, kv-offloading: none, conc-list: [8, 2], conc-start: 1 }"), CLUSTERS, [8, 2]),
+    (_entry("{ tp: 8, dcp-size: 4, kv-offloading: none, conc-list: [4] }"), CLUSTERS, [4]),
+    (MASTER, CLUSTERS + "    slurm: { partition: p, time-limit-min: 2, signal-delay-s: 60 }\n", [4, 8]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("master", "clusters", "concs"), PLANNED)
+def test_the_boundaries_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], master: str, clusters: str, concs: list[int]
+) -> None:
+    (tmp_path / "master.yaml").write_text(master)
+    (tmp_path / "clusters.yaml").write_text(clusters)
+    args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main([*args, "--json"]) == 0
+    assert [row["conc"] for row in json.loads(capsys.readouterr().out)] == concs
+
+
+def test_the_expansions_refusals_name_the_key_the_field_and_the_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where a key's runner has no figures for its DRAM budget, or its server does not fit a node (tp x pp x pcp
+    GPUs: 4 x 2 x 2 = 16 on an 8-GPU node), and where a key is in neither of two master files."""
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    clusters = tmp_path / "clusters.yaml"
+    cases = [
+        (MASTER.replace("cluster:t", "cluster:tt"),
+         f"master.yaml:1: k.runner: no hardware entry for cluster label 'cluster:tt' in {clusters}, needed for the "
+         "kv-offloading dram budget (did you mean 'cluster:t'?)"),
+        (_entry("{ tp: 4, pp: 2, pcp-size: 2, kv-offloading: none, conc-list: [4] }"),
+         "master.yaml:1: k.scenarios.agentic-coding[0].search-space[0].tp: needs 16 GPUs but cluster:t has 8 per node"),
+    ]  # fmt: skip
+    for master, line in cases:
+        (tmp_path / "master.yaml").write_text(master)
+        assert main(["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(clusters)]) == 2
+        assert capsys.readouterr().err == f"slurmx: error: {tmp_path}/{line}\n"
+    (tmp_path / "master.yaml").write_text(MASTER)
+    (tmp_path / "other.yaml").write_text(MASTER.replace("k:", "k2:", 1))
+    configs = ["--config", str(tmp_path / "master.yaml"), "--config", str(tmp_path / "other.yaml")]
+    assert main(["plan", "k22", *configs, "--clusters", str(clusters)]) == 2
+    assert capsys.readouterr().err == (
+        f"slurmx: error: {tmp_path}/master.yaml, {tmp_path}/other.yaml: k22: unknown config key (did you mean 'k2'?)\n"
+    )
+
+
+def test_a_key_without_offloading_plans_on_a_runner_without_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """InferenceX reads a runner's hardware only for a DRAM budget: without one, no figures are needed (budget 0)."""
+    (tmp_path / "master.yaml").write_text(
+        _entry("{ tp: 16, kv-offloading: none, conc-list: [4] }").replace("cluster:t", "cluster:zz")
+    )
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    args = ["plan", "k", "--config", str(tmp_path / "master.yaml"), "--clusters", str(tmp_path / "clusters.yaml")]
+    assert main([*args, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["runner"], row["tp"], row["total-cpu-dram-gb"], row["kv-offloading"]) == ("cluster:zz", 16, 0, "none")
+
+
+def test_expand_raises_the_first_bad_keys_error(tmp_path: Path) -> None:
+    (tmp_path / "master.yaml").write_text(
+        MASTER.replace("k:", "a:", 1).replace("cluster:t", "cluster:x")
+        + MASTER.replace("k:", "b:", 1).replace("tp: 8", "tp: 16")
+    )
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    masters = load_masters([tmp_path / "master.yaml"])
+    clusters = load_clusters(tmp_path / "clusters.yaml")
+    for keys, field in ((["a", "b"], "a.runner"), (["b", "a"], "b.scenarios.agentic-coding[0].search-space[0].tp")):
+        with pytest.raises(ConfigError) as caught:
+            expand(keys, masters, clusters)
+        assert caught.value.field == field
+    assert expand_each(["a", "b"], masters, clusters)[1][1].field == "b.scenarios.agentic-coding[0].search-space[0].tp"
+
+
+def test_each_point_keeps_its_scenarios_dram_utilization_and_budget(tmp_path: Path) -> None:
+    """advise shows a point's dram-utilization beside its budget: 2,964,436 MiB capped at 2,861,022 MiB,
+    x 2^20 bytes x 0.63 = 1,889,999,372,943.36 bytes on all 8 GPUs (1889 GB); an entry without offloading in the same
+    scenario keeps the utilization and has no budget."""
+    (tmp_path / "master.yaml").write_text(
+        MASTER.replace(ENTRY, ENTRY + "\n      - { tp: 8, kv-offloading: none, conc-list: [2] }")
+    )
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    points = expand(["k"], load_masters([tmp_path / "master.yaml"]), load_clusters(tmp_path / "clusters.yaml"))
+    assert [(p.conc, p.dram_utilization, p.total_cpu_dram_gb) for p in points] == [
+        (4, 0.63, 1889),
+        (8, 0.63, 1889),
+        (2, 0.63, 0),
+    ]
+
+
+def test_load_masters_keeps_every_key_in_file_order_and_a_repeated_key_blocks_both_copies(tmp_path: Path) -> None:
+    """InferenceX refuses a key defined twice; the keys after it in the second file still load, and the first file's
+    copy is no config either. Each key's source is its file and line."""
+    (tmp_path / "a.yaml").write_text(MASTER + MASTER.replace("k:", "a2:", 1))
+    (tmp_path / "b.yaml").write_text(MASTER.replace("k:", "b0:", 1) + MASTER + MASTER.replace("k:", "b2:", 1))
+    masters = load_masters([tmp_path / "a.yaml", tmp_path / "b.yaml"])
+    assert masters.files == [tmp_path / "a.yaml", tmp_path / "b.yaml"]
+    assert list(masters.configs) == ["a2", "b0", "b2"]
+    assert {key: (source.path.name, source.line) for key, source in masters.sources.items()} == {
+        "k": ("a.yaml", 1), "a2": ("a.yaml", 14), "b0": ("b.yaml", 1), "b2": ("b.yaml", 27)
+    }  # fmt: skip
+    error = masters.errors["k"]
+    assert str(error) == f"{tmp_path}/b.yaml:14: k: config key also defined at {tmp_path}/a.yaml:1"
+    assert masters.warnings == []
+    # a first copy that was itself invalid: the second is the same refusal, not a crash
+    (tmp_path / "c.yaml").write_text("k: 1\n")
+    again = load_masters([tmp_path / "c.yaml", tmp_path / "a.yaml"])
+    assert str(again.errors["k"]) == f"{tmp_path}/a.yaml:1: k: config key also defined at {tmp_path}/c.yaml:1"
+    assert list(again.configs) == ["a2"]
+
+
+def test_load_clusters_blocks_only_a_bad_labels_keys_and_keeps_each_labels_line(tmp_path: Path) -> None:
+    text = (
+        CLUSTERS
+        + "  cluster:bad:\n    available-cpu-dram-mib: 1\n    gpus-per-node: 0\n  cluster:t:\n"
+        + ("    available-cpu-dram-mib: 64\n    gpus-per-node: 1\n")
+    )
+    (tmp_path / "clusters.yaml").write_text(text)
+    clusters = load_clusters(tmp_path / "clusters.yaml")
+    assert clusters.path == tmp_path / "clusters.yaml"
+    assert clusters.lines == {"cluster:t": 8, "cluster:bad": 5}
+    assert clusters.warnings == [
+        f"{tmp_path}/clusters.yaml:8: cluster:t: duplicate key (also at line 2); the last one wins"
+    ]
+    t = clusters.profile("cluster:t")
+    assert t is not None and (t.available_cpu_dram_mib, t.gpus_per_node) == (64, 1)
+    assert clusters.profile("cluster:none") is None
+    with pytest.raises(ConfigError) as caught:
+        clusters.profile("cluster:bad")
+    assert str(caught.value) == (
+        f"{tmp_path}/clusters.yaml:7: hardware.cluster:bad.gpus-per-node: Input should be greater than 0"
+    )
+    (tmp_path / "top.yaml").write_text(CLUSTERS + "hardwares: {}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_clusters(tmp_path / "top.yaml")
+    assert str(caught.value) == f"{tmp_path}/top.yaml:5: hardwares: unknown field (did you mean 'hardware'?)"

@@ -13,6 +13,8 @@ import pytest
 
 from slurmx import runtimes
 from slurmx.config.clusters import ClusterProfile
+from slurmx.config.inferencex import open_checkout
+from slurmx.config.load import load_clusters, overlay_figures, with_workspace
 from slurmx.errors import ConfigError, UserError
 from slurmx.inputs import load_inputs
 from slurmx.node import gpu_hygiene, telemetry
@@ -200,3 +202,134 @@ def test_the_checkout_is_mounted_at_workspace_where_a_profile_mounts_none(main_t
     assert not any(m.endswith(":/workspace") for m in plain.container_mounts)
     own = load_inputs(None, None, [key], inferencex=main_tree).clusters.profiles["cluster:b300-nv"].runtime
     assert own is not None and own.container_mounts == _profile("cluster:b300-nv").runtime.container_mounts  # type: ignore[union-attr]
+
+
+def test_a_checkouts_masters_are_nvidias_then_amds_then_the_others_by_name(tmp_path: Path) -> None:
+    """InferenceX's full sweep reads configs/nvidia-master.yaml then configs/amd-master.yaml (SOURCE.txt's
+    expected/ command); a master of another name follows them, by name, and nothing but *-master.yaml is one."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    for name in ("zeta-master.yaml", "amd-master.yaml", "a-master.yaml", "nvidia-master.yaml", "notes.yaml"):
+        (configs / name).write_text("{}\n")
+    (configs / "runners.yaml").write_text("hardware: {}\n")
+    checkout = open_checkout(tmp_path)
+    names = [m.name for m in checkout.masters]
+    assert names == ["nvidia-master.yaml", "amd-master.yaml", "a-master.yaml", "zeta-master.yaml"]
+    assert checkout.masters[0] == (configs / "nvidia-master.yaml").resolve()
+    assert (checkout.root, checkout.runners) == (tmp_path.resolve(), (configs / "runners.yaml").resolve())
+
+
+def test_a_tree_without_masters_or_without_runners_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as caught:
+        open_checkout(tmp_path)
+    assert str(caught.value) == f"{tmp_path}: not an InferenceX checkout (no configs/*-master.yaml)"
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "amd-master.yaml").write_text("{}\n")
+    with pytest.raises(UserError) as caught:
+        open_checkout(tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path}/configs/runners.yaml: missing from the InferenceX checkout {tmp_path} (its hardware figures)"
+    )
+
+
+# slurmx's profiles and a checkout's runners.yaml; the line of each label is counted by hand.
+OURS = """\
+hardware:
+  cluster:a:
+    available-cpu-dram-mib: 1000
+    gpus-per-node: 8
+    slurm: { partition: p }
+  cluster:bad-theirs:
+    available-cpu-dram-mib: 1000
+    gpus-per-node: 8
+  cluster:bad-both:
+    available-cpu-dram-mib: 0
+    gpus-per-node: 8
+  cluster:local:
+    available-cpu-dram-mib: 64
+    gpus-per-node: 1
+"""
+THEIRS = """\
+hardware:
+  cluster:only-theirs:
+    available-cpu-dram-mib: 500
+    gpus-per-node: 4
+  cluster:a:
+    available-cpu-dram-mib: 2000
+    gpus-per-node: 4
+  cluster:bad-theirs:
+    available-cpu-dram-mib: 1000
+    gpus-per-node: eight
+  cluster:bad-both:
+    available-cpu-dram-mib: 1000
+    gpus-per-node: eight
+  cluster:bad-only-theirs:
+    gpus-per-node: 8
+"""
+
+
+def test_runners_figures_win_label_by_label_and_a_bad_runners_entry_blocks_its_label(tmp_path: Path) -> None:
+    (tmp_path / "clusters.yaml").write_text(OURS)
+    (tmp_path / "runners.yaml").write_text(THEIRS)
+    ours_path, theirs_path = tmp_path / "clusters.yaml", tmp_path / "runners.yaml"
+    merged = overlay_figures(load_clusters(ours_path), load_clusters(theirs_path))
+    assert (merged.path, merged.figures_path) == (ours_path, theirs_path)
+    assert merged.lines == {"cluster:a": 2, "cluster:bad-theirs": 6, "cluster:bad-both": 9, "cluster:local": 12}
+    assert merged.warnings == [
+        f"{ours_path}:2: hardware.cluster:a.available-cpu-dram-mib is 1000, but {theirs_path}:5 says 2000: "
+        "using InferenceX's 2000",
+        f"{ours_path}:2: hardware.cluster:a.gpus-per-node is 8, but {theirs_path}:5 says 4: using InferenceX's 4",
+    ]
+    a = merged.profile("cluster:a")
+    assert a is not None and (a.available_cpu_dram_mib, a.gpus_per_node) == (2000, 4)
+    assert a.slurm is not None and a.slurm.partition == "p"  # slurmx's own section stays
+    only = merged.profile("cluster:only-theirs")
+    assert only is not None and (only.available_cpu_dram_mib, only.gpus_per_node, only.slurm) == (500, 4, None)
+    assert merged.figures_only == {"cluster:only-theirs": 2}
+    local = merged.profile("cluster:local")
+    assert local is not None and (local.available_cpu_dram_mib, local.gpus_per_node) == (64, 1)
+    # runners.yaml's error for a label slurmx's profile gets right, and for one only it knows
+    assert sorted(merged.profiles) == ["cluster:a", "cluster:local", "cluster:only-theirs"]
+    for label, line, field in (
+        ("cluster:bad-theirs", 10, "hardware.cluster:bad-theirs.gpus-per-node"),
+        ("cluster:bad-only-theirs", 14, "hardware.cluster:bad-only-theirs.available-cpu-dram-mib"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            merged.profile(label)
+        assert (caught.value.path, caught.value.line, caught.value.field) == (theirs_path, line, field)
+    # bad in both files: slurmx's own error is the one shown (it is the file the user edits)
+    with pytest.raises(ConfigError) as caught:
+        merged.profile("cluster:bad-both")
+    assert (caught.value.path, caught.value.line) == (ours_path, 10)
+    assert "greater than 0" in caught.value.message
+
+
+def test_the_workspace_mount_goes_only_to_pyxis_profiles_that_have_no_checkout_nor_aiperf(tmp_path: Path) -> None:
+    """InferenceX's launchers bind $GITHUB_WORKSPACE at /workspace and replay with its utils/aiperf
+    (runners/launch_b200-dgxc.sh, benchmarks/benchmark_lib.sh): a profile that says nothing of either gets them."""
+    head = "    available-cpu-dram-mib: 64\n    gpus-per-node: 8\n"
+    runtimes_by_label = {
+        "cluster:venv": "{ kind: venv }",
+        "cluster:bare": "{ kind: pyxis }",
+        "cluster:none": None,
+        "cluster:own": "{ kind: pyxis, container-mounts: ['/srv/ix:/workspace:ro'] }",
+        "cluster:src": "{ kind: pyxis, aiperf-source: /opt/aiperf }",
+        "cluster:mounts": "{ kind: pyxis, container-mounts: ['/data:/data'] }",
+    }
+    text = "hardware:\n" + "".join(
+        f"  {label}:\n{head}" + (f"    runtime: {runtime}\n" if runtime else "")
+        for label, runtime in runtimes_by_label.items()
+    )
+    (tmp_path / "clusters.yaml").write_text(text)
+    before = load_clusters(tmp_path / "clusters.yaml")
+    original = dict(before.profiles)
+    checkout = tmp_path / "ix"
+    checkout.mkdir()
+    after = with_workspace(before, checkout).profiles
+    changed = {label for label in after if after[label] != original[label]}
+    assert changed == {"cluster:bare", "cluster:mounts"}
+    for label, mounts in (("cluster:bare", []), ("cluster:mounts", ["/data:/data"])):
+        runtime = after[label].runtime
+        assert runtime is not None
+        assert runtime.container_mounts == [*mounts, f"{checkout.resolve()}:/workspace"]
+        assert runtime.aiperf_source == "/workspace/utils/aiperf"

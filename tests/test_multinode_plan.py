@@ -10,6 +10,7 @@ import pytest
 
 from slurmx.config.clusters import ClusterProfile
 from slurmx.config.load import load_clusters, load_masters
+from slurmx.config.master import WorkerSpec
 from slurmx.engines.base import NodePart
 from slurmx.engines.vllm import ENGINE
 from slurmx.errors import UserError
@@ -142,3 +143,52 @@ def test_no_engine_is_given_up_on_before_its_own_ready_timeout() -> None:
         ("dsv4-fp4-mi355x-vllm-agentic-mtp", "10800", 10800),
         ("minimaxm3-fp4-b200-vllm-agentic-mtp", "3600", 3600),
     }
+
+
+def _workers(prefill: tuple[int, int, int], decode: tuple[int, int, int]) -> Point:
+    """A multinode point by hand; each side as (workers, tp, pp)."""
+    p, d = (WorkerSpec(num_worker=n, tp=tp, pp=pp, ep=1, dp_attn=False) for n, tp, pp in (prefill, decode))
+    return Point(config_key="k", scenario="agentic-coding", image="i", model="m", model_prefix="p", precision="fp4",
+                 framework="dynamo-vllm", runner="cluster:t", multinode=True, disagg=True, spec_decoding="none", conc=4,
+                 prefill=p, decode=d)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode", "layout"),
+    [
+        # one side empty: the other side's layout
+        ((1, 8, 1), (0, 8, 1), NodeLayout(1, 8, 1, 1)),
+        ((0, 8, 1), (2, 4, 1), NodeLayout(1, 8, 2, 2)),  # two 4-GPU workers tile one 8-GPU node
+        ((3, 2, 1), (0, 8, 1), NodeLayout(1, 6, 3, 3)),  # three 2-GPU workers: 6 of a node's 8 GPUs
+        ((5, 2, 1), (0, 8, 1), NodeLayout(2, 8, 4, 5)),  # five: four on the first node, one on the second
+        ((2, 16, 1), (0, 8, 1), NodeLayout(4, 8, 0, 2)),  # a 16-GPU worker spans two whole nodes; two of them
+        ((1, 4, 3), (0, 8, 1), NodeLayout(2, 8, 0, 1)),  # tp4 x pp3 = 12 GPUs: two nodes
+        ((2, 6, 1), (0, 8, 1), NodeLayout(2, 6, 1, 2)),  # a 6-GPU worker leaves 2 of a node's GPUs: one per node
+        ((0, 8, 1), (0, 8, 1), NodeLayout(0, 0, 0, 0)),  # no worker on either side: nothing asked
+        # both sides: nodes added, the larger ask per node, ranks of both, none per node
+        ((1, 4, 1), (2, 8, 1), NodeLayout(3, 8, 0, 3)),
+        ((1, 8, 1), (1, 4, 1), NodeLayout(2, 8, 0, 2)),
+    ],
+)
+def test_the_nodes_of_a_multinode_point_by_hand(
+    prefill: tuple[int, int, int], decode: tuple[int, int, int], layout: NodeLayout
+) -> None:
+    assert node_layout(_workers(prefill, decode), 8) == layout
+    assert layout.multinode is (layout.nodes > 1)
+
+
+def test_a_single_node_point_is_one_node_of_its_servers_gpus() -> None:
+    point = dataclasses.replace(_workers((1, 8, 1), (1, 8, 1)), multinode=False, disagg=False, prefill=None,
+                                decode=None, tp=2, pp=2, pcp_size=1, exp_name="", point_id="")  # fmt: skip
+    assert node_layout(point, 8) == NodeLayout(1, 4, 1, 1)
+    assert not NodeLayout(1, 4, 1, 1).multinode and NodeLayout(2, 8, 0, 2).multinode
+
+
+def test_a_multinode_point_has_no_single_server_of_its_own() -> None:
+    """Its workers carry the parallelism: the point's own tp is 0 (no server of tp x pp x pcp GPUs: 0 GPUs), and
+    the server its DRAM budget is for is one prefill worker."""
+    (point,) = load_inputs(None, None, [LOCAL_KEY]).points[:1]
+    assert point.multinode and point.prefill is not None
+    assert (point.tp, point.pp, point.dcp_size, point.pcp_size, point.ep, point.dp_attn) == (0, 1, 1, 1, 1, False)
+    assert point.gpus == 0
+    assert point.server_gpus == point.prefill.tp * point.prefill.pp * point.prefill.pcp_size == 1

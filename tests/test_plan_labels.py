@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slurmx.config.load import load_clusters, load_masters
-from slurmx.plan import expand, parallelism_label, server_groups
+from slurmx.plan import expand, parallelism_label, server_gpus, server_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,6 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 )
 def test_parallelism_label(args: tuple[int, int, bool], label: str) -> None:
     assert parallelism_label(*args) == label
+
+
+@pytest.mark.parametrize(("args", "gpus"), [((8,), 8), ((4, 2), 8), ((2, 1, 4), 8), ((2, 2, 2), 8), ((1,), 1)])
+def test_server_gpus_without_pipeline_or_context_parallelism_are_its_tensor_parallel_gpus(
+    args: tuple[int, ...], gpus: int
+) -> None:
+    """A plain TP8 server is 8 GPUs; pipeline and prefill-context parallelism multiply them (vLLM's world size)."""
+    assert server_gpus(*args) == gpus
 
 
 def test_points_that_differ_only_in_concurrency_share_a_server_group() -> None:

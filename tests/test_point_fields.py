@@ -84,3 +84,35 @@ def test_a_multinode_fixed_seq_len_point_runs_its_whole_list_and_conc_is_its_fir
     for p in points:
         assert p.concs and p.conc == p.concs[0] and p.concurrencies == p.concs
         assert p.row()["conc"] == list(p.concs)
+        assert p.config_key == MULTINODE_FIXED  # the key is part of what the id hashes
+
+
+FIXED = """
+f:
+  image: img
+  model: m
+  model-prefix: p
+  runner: cluster:t
+  precision: fp4
+  framework: vllm
+  multinode: false
+  scenarios:
+    fixed-seq-len:
+    - isl: 1024
+      osl: 8192
+      search-space:
+      - { tp: 4, conc-list: [16] }
+"""
+
+
+def test_a_fixed_seq_len_point_offloads_nothing_and_has_no_budget_or_duration(tmp_path: Path) -> None:
+    """InferenceX's fixed-seq-len rows carry no kv-offloading, budget nor duration; the point says none, 0, None
+    (a recipe is matched on its kv-offloading, point.json stores them), and 1024/8192 is no named pair: 1024_8192."""
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    (tmp_path / "master.yaml").write_text(FIXED)
+    (point,) = expand(["f"], load_masters([tmp_path / "master.yaml"]), load_clusters(tmp_path / "clusters.yaml"))
+    assert (point.kv_offloading, point.backend_name, point.kv_offload_backend) == ("none", "none", None)
+    assert (point.total_cpu_dram_gb, point.dram_utilization, point.duration_s) == (0, None, None)
+    assert (point.exp_name, point.row()["max-model-len"], point.conc) == ("p_1024_8192", 1024 + 8192 + 256, 16)
+    assert point.config_key == "f"
+    assert "kv-offloading" not in point.row() and "total-cpu-dram-gb" not in point.row()

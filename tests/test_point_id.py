@@ -8,6 +8,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from slurmx.config.load import load_clusters, load_masters
 from slurmx.plan import Point, dram_budget_gb, expand
@@ -148,3 +151,37 @@ def test_a_multinode_points_siblings_hash_their_conc_as_a_list(tmp_path: Path) -
     assert [p.row()["conc"] for p in points] == [[4], [8], [16]]
     assert [p.point_id for p in points] == [_alone(p) for p in points]
     assert len({p.point_id for p in points}) == 3
+
+
+def _inferencex_budget(fixtures: Path) -> Any:
+    """InferenceX's own agentic_dram_offload_gb, from its generator in the fixtures (main 843c6254f)."""
+    sys.path.insert(0, str(fixtures / "upstream-code"))
+    try:
+        import generate_sweep_configs  # type: ignore[import-not-found]  # InferenceX's, on sys.path only here
+    finally:
+        sys.path.remove(str(fixtures / "upstream-code"))
+    return generate_sweep_configs.agentic_dram_offload_gb
+
+
+# (available MiB, GPUs per node, utilization, tp, pp, pcp). 1,953,125 MiB = 5^9 * 2^20 bytes = 2^11 * 10^9 bytes:
+# 2048 GB exactly, so a budget that lands on a whole GB shows any change of the divisor or the truncation.
+BUDGETS = [
+    ((1_953_125, 8, 1.0, 8, 1, 1), 2048),
+    ((1_953_125, 8, 0.5, 4, 1, 1), 512),
+    ((1_953_125, 8, 0.25, 2, 2, 1), 256),  # tp2 x pp2: half the node
+    ((1_953_125, 4, 0.75, 1, 1, 2), 768),  # pcp 2 of 4 GPUs
+    ((1_953_125, 8, 0.7, 8, 1, 1), 1433),  # 1433.6 truncated
+    ((3_906_250, 8, 1.0, 8, 1, 1), 2999),  # capped at 2,861,022 MiB: 2,861,022 * 2^20 = 2,999,999,004,672 bytes
+    ((1_000, 8, 0.63, 1, 1, 1), 0),  # under one GB
+]
+
+
+@pytest.mark.parametrize(("figures", "gb"), BUDGETS)
+def test_dram_budget_is_inferencex_own_function_on_whole_gb_boundaries(
+    fixtures: Path, figures: tuple[int, int, float, int, int, int], gb: int
+) -> None:
+    available, per_node, utilization, tp, pp, pcp = figures
+    runners = {"hardware": {"cluster:t": {"available-cpu-dram-mib": available, "gpus-per-node": per_node}}}
+    entry = {"tp": tp, "pp": pp, "pcp-size": pcp, "kv-offloading": "dram"}
+    theirs = _inferencex_budget(fixtures)({"dram-utilization": utilization}, entry, "cluster:t", runners)
+    assert dram_budget_gb(available, per_node, utilization, tp * pp * pcp) == theirs == gb

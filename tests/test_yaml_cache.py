@@ -4,6 +4,7 @@ the whole `slurmx plan` process run twice from a fresh directory."""
 
 from __future__ import annotations
 
+import marshal
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from slurmx.config import yamlfile
+from slurmx.config import yamlcache, yamlfile
 from slurmx.config.yamlfile import LineIndex, load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,3 +197,66 @@ def test_the_whole_process_twice_gives_the_same_plan_and_the_same_located_error(
     assert errors[0].stderr == errors[1].stderr
     assert f"{bad}:14: " in errors[0].stderr and ".tp:" in errors[0].stderr  # line 14 holds `tp: four`
     assert len(errors[0].stderr.strip().splitlines()) == 1
+
+
+def test_the_cache_directory_is_private_to_its_user(tmp_path: Path, cache: Path) -> None:
+    """A parsed config can hold a site's env values and paths: the directory is made 0700, as the digest files'
+    own mkstemp mode (0600) already is."""
+    path = tmp_path / "m.yaml"
+    path.write_text(MASTER, encoding="utf-8")
+    old = os.umask(0)  # the mode asked for, not the one a umask leaves of it
+    try:
+        load_yaml(path, duplicates="warn")
+    finally:
+        os.umask(old)
+    assert (cache / "yaml").stat().st_mode & 0o777 == 0o700
+    (entry,) = entries(cache)
+    assert entry.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_write_that_fails_leaves_no_temporary_file_and_the_parse_still_answers(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(MASTER, encoding="utf-8")
+
+    def full_disk(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    data, index = load_yaml(path, duplicates="warn")
+    assert lines(data, index) == LINES
+    assert list((cache / "yaml").iterdir()) == []  # neither an entry nor the temporary file it was written to
+
+
+def test_an_entry_of_another_shape_with_the_right_digest_parses_anew(tmp_path: Path, cache: Path) -> None:
+    """A foreign file in the entry's place (a marshalled list of three, say) is not taken for a parse."""
+    path = tmp_path / "m.yaml"
+    path.write_text(MASTER, encoding="utf-8")
+    good, _ = load_yaml(path, duplicates="warn")
+    (entry,) = entries(cache)
+    blob = entry.read_bytes()
+    entry.write_bytes(blob[:20] + marshal.dumps([1, 2, 3]))
+    data, index = load_yaml(path, duplicates="warn")
+    assert data == good and lines(data, index) == LINES
+    assert entry.read_bytes() == blob  # replaced by the new parse
+
+
+def test_an_entry_of_another_builder_is_not_read(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slurmx whose YAML builder (or PyYAML) differs must not answer from an entry the other one parsed: the same
+    bytes parse anew into an entry of their own."""
+    path = tmp_path / "m.yaml"
+    path.write_text(MASTER, encoding="utf-8")
+    load_yaml(path, duplicates="warn")
+    parses: list[Path] = []
+    real = yamlfile._parse
+
+    def counted(*args: Any) -> Any:
+        parses.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(yamlfile, "_parse", counted)
+    monkeypatch.setattr(yamlcache, "_version", lambda: b"another builder")
+    data, index = load_yaml(path, duplicates="warn")
+    assert parses == [path] and lines(data, index) == LINES
+    assert len(entries(cache)) == 2

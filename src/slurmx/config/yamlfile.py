@@ -193,8 +193,18 @@ def _parse(path: Path, text: str, duplicates: Literal["error", "warn"], index: L
         line = mark.line + 1 if mark else None
         problem = (exc.problem or exc.context or "invalid YAML").strip()
         raise ConfigError(path, line, "", f"YAML syntax error: {problem}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses: its own text is two lines and has no line
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(path, _reader_line(text, exc.position), "", f"YAML error: {reason}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(path, None, "", f"YAML error: {exc}") from None
     finally:
         loader.dispose()
     return data
+
+
+def _reader_line(text: str, position: int) -> int:
+    """The line of the character at a reader's `position`: libyaml counts UTF-8 bytes, PyYAML's own reader characters."""
+    if _BaseLoader is yaml.SafeLoader:
+        return text.count("\n", 0, position) + 1
+    return text.encode("utf-8").count(b"\n", 0, position) + 1
