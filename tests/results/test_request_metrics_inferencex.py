@@ -7,6 +7,8 @@ test_gate_inferencex_differential.py compares InferenceX's rounded aggregate at 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import random
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from slurmx.results.requests import PROFILE_JSONL, compute_request_metrics, load_records
+from slurmx.results.requests import PROFILE_JSONL, aiperf_counts, compute_request_metrics, load_records
 from tests.helpers.inferencex_aggregation import module
 
 S = 1_000_000_000
@@ -88,6 +90,11 @@ CASES: dict[str, list[dict[str, Any]]] = {
         _full(10.5, 12.0, 120, 0, 25.0, 0.0, 0.0),
         _full(11.0, 13.5, 140, 12, -1.0, 2500.0, 7.0),
         _full(11.5, 14.0, 160, 14, 33.0, 2500.0, 9.0),
+    ],
+    "latencies under a millisecond": [
+        _full(10.0, 10.0005, 100, 10, 0.25, 0.5, 0.05),
+        _full(10.2, 10.2009, 120, 3, 0.75, 0.9, 0.3),
+        _full(10.4, 10.4012, 140, 2, 0.5, 1.2, 0.6),
     ],
     "values missing or text": [
         _record(10.0, 11.0, input_sequence_length=100, request_latency="1000.5", time_to_first_token="20"),
@@ -178,3 +185,42 @@ def test_the_accounting_of_records_read_from_disk_is_inferencexs(tmp_path: Any) 
     mine_records, mine = load_records(path)
     assert mine_records == theirs_records
     assert mine.model_dump() == theirs
+
+
+AGGREGATE_FILES = {
+    "absent": None,
+    "a list": "[1, 2]",
+    "not JSON": "{'request_count': 5}",
+    "a count not an object": '{"request_count": 5}',
+    "an average as text": '{"request_count": {"avg": "5"}}',
+    "an average that is a bool": '{"request_count": {"avg": true}}',
+    "a negative average": '{"request_count": {"avg": 4}, "error_request_count": {"avg": -1}}',
+    "an infinite average": '{"request_count": {"avg": 4}, "completed_request_count": {"avg": Infinity}}',
+    "NaN": '{"request_count": {"avg": NaN}}',
+    "counts": '{"request_count": {"avg": 6}, "error_request_count": {"avg": 2.0}, "completed_request_count": {"avg": 8}}',
+    "null averages": '{"request_count": {"avg": 6, "max": 9}, "error_request_count": {"avg": null}, "x": 1}',
+    "no success count": '{"error_request_count": {"avg": 1}, "completed_request_count": null}',
+    "zeros": '{"request_count": {"avg": 0}, "error_request_count": {"avg": 0}}',
+}
+
+
+@pytest.mark.parametrize("case", AGGREGATE_FILES, ids=list(AGGREGATE_FILES))
+def test_aiperfs_counts_are_read_as_inferencexs_validator_reads_them(tmp_path: Any, case: str) -> None:
+    """aiperf_counts against validate_agentic_result.py: an aggregate it cannot read is slurmx's `unreadable`, word
+    for word; one it reads gives each count its _metric_avg gives."""
+    validator = module("validate_agentic_result", "validation")
+    path = tmp_path / "profile_export_aiperf.json"
+    text = AGGREGATE_FILES[case]
+    if text is not None:
+        path.write_text(text)
+    mine = aiperf_counts(path)
+    with contextlib.redirect_stdout(io.StringIO()):  # its success line
+        theirs = validator.validate_result(tmp_path, 1.0)
+    if mine.unreadable is not None:
+        assert theirs == [mine.unreadable]
+        assert (mine.request_count, mine.error_request_count, mine.completed_request_count) == (None, None, None)
+        return
+    aggregate = json.loads(path.read_text())
+    for name in ("request_count", "error_request_count", "completed_request_count"):
+        assert getattr(mine, name) == validator._metric_avg(aggregate, name), name
+    assert not any(error.startswith(("failed to read", str(path))) for error in theirs)
