@@ -155,6 +155,11 @@ def test_one_open_end_needs_the_floor() -> None:
     assert (cert.hi, cert.hi_rank, cert.lo, cert.lo_rank) == (None, None, float(lower), lower)
     assert cert.estimate == pytest.approx(18.1)  # 18 + 0.1 x (19 - 18): k = 19 x 0.9 = 17.1, ranks 18 and 19
     assert not cert.certified and cert.need == 36 == certify.min_count(0.9)
+    # the p99 of 100 values interpolates between the two largest: k = 99 x 0.99 = 98.01, ranks 99 and 100
+    assert certify.certify(_sample(100), 99).estimate == pytest.approx(99.01, rel=1e-12)
+    # at another confidence the floor is that confidence's: 0.9^n <= 0.005 first at n = 51 (0.9^50 = 0.00515)
+    assert certify.certify([], 90, certify.Policy(confidence=0.99)).need == 51
+    assert certify.certify(_sample(20), 90, certify.Policy(confidence=0.99)).need == 51
     # no values at all: nothing but the floor
     empty = certify.certify([], 90)
     assert empty == certify.Certificate(90, 0, None, None, None, None, None, None, False, 36)

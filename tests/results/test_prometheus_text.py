@@ -25,6 +25,8 @@ TEXT = (
     "not_a_number NaN\n"
     "low_nan nan\n"
     "spaced  7   \n"
+    'braces{path="/v1/{model}"} 8\n'
+    'with_exemplar_total 9 # {trace_id="abc"} 1.0\n'
 )
 
 
@@ -40,9 +42,11 @@ def test_every_sample_with_its_labels_and_value() -> None:
         ("not_a_number", ()),
         ("low_nan", ()),
         ("spaced", ()),
+        ("braces", (("path", "/v1/{model}"),)),
+        ("with_exemplar_total", ()),  # OpenMetrics' exemplar after the value: skipped
     ]
     values = [s.value for s in samples]
-    assert values[:3] == [12.0, -0.5, 300.0] and values[-1] == 7.0
+    assert values[:3] == [12.0, -0.5, 300.0] and values[-3:] == [7.0, 8.0, 9.0]
     assert values[3] == values[4] == math.inf and values[5] == -math.inf
     assert math.isnan(values[6]) and math.isnan(values[7])
     assert samples[1].label("c") == 'say "hi"' and samples[1].label("e") is None
