@@ -157,3 +157,50 @@ def test_the_runs_facts_are_recorded_and_read_back_as_they_were(tmp_path: Path) 
     defaults = _build(tmp_path).slurmx
     assert defaults is not None and RunFacts.of(defaults) == RunFacts()
     assert (defaults.failed_request_threshold, defaults.repeat, defaults.stopped_by) == (0.10, 1, None)
+
+
+def test_a_tensorrt_llm_points_servers_are_listed_by_its_own_metric_names(tmp_path: Path) -> None:
+    """Two data-parallel ranks in aiperf's export of a TRT-LLM engine: each rank's prompt and generated tokens,
+    its prefix hit rate (hit tokens over its prompt tokens, every prompt token being looked up) and its KV usage."""
+
+    def counter(*values: float) -> dict[str, Any]:
+        return {
+            "type": "counter",
+            "series": [{"labels": {"dp_rank": str(i)}, "stats": {"total": v}} for i, v in enumerate(values)],
+        }
+
+    export = {
+        "metrics": {
+            "trtllm_prompt_tokens": counter(1000, 3000),
+            "trtllm_prompt_cache_hit_tokens": counter(250, 300),
+            "trtllm_generation_tokens": counter(100, 50),
+            "trtllm_kv_cache_utilization": {
+                "type": "gauge",
+                "series": [
+                    {"labels": {"dp_rank": "0"}, "stats": {"max": 0.4}},
+                    {"labels": {"dp_rank": "1"}, "stats": {"max": 55.0}},
+                ],
+            },
+        }
+    }
+    (tmp_path / "aiperf").mkdir()
+    (tmp_path / "aiperf" / "server_metrics_export.json").write_text(json.dumps(export))
+    sources = _build(tmp_path, row={**POINT, "framework": "trt"}).server_metrics.sources
+    assert sources == [
+        {
+            "id": "combined|dp_rank=0",
+            "role": "combined",
+            "prompt_tokens": 1000.0,
+            "generation_tokens": 100.0,
+            "prefix_cache_hit_rate": 0.25,
+            "gpu_kv_cache_usage_pct": 0.4,
+        },
+        {
+            "id": "combined|dp_rank=1",
+            "role": "combined",
+            "prompt_tokens": 3000.0,
+            "generation_tokens": 50.0,
+            "prefix_cache_hit_rate": 0.1,
+            "gpu_kv_cache_usage_pct": 0.55,
+        },
+    ]
