@@ -213,3 +213,12 @@ def test_a_single_round_cut_before_its_first_record_still_names_the_missing_file
     (aiperf / "round-1").mkdir(parents=True)
     with pytest.raises(ValueError, match=r"round-1/profile_export.jsonl: missing"):
         read_artifacts(aiperf, NAMES)
+
+
+def test_a_point_certified_after_its_first_round_is_one_round(tmp_path: Path) -> None:
+    aiperf = tmp_path / "aiperf"
+    _round(aiperf / "round-1", [10.5, 11.0, 12.0], 10.0, {"request_count": {"avg": 3}, "start_time": 10.0})
+    artifacts = read_artifacts(aiperf, NAMES)
+    assert artifacts.rounds == 1 and len(artifacts.records) == 3 and artifacts.by_round == [artifacts.records]
+    assert artifacts.counts.request_count == 3.0 and artifacts.profile["start_time"] == 10.0
+    assert artifacts.export.required_prefix == "vllm:" and not artifacts.export.json_nonempty
