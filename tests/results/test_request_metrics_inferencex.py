@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 
-from slurmx.results.requests import PROFILE_JSONL, aiperf_counts, compute_request_metrics, load_records
+from slurmx.results.requests import (
+    PROFILE_JSONL,
+    ArtifactError,
+    _load_json,
+    aiperf_counts,
+    compute_request_metrics,
+    load_records,
+    percentile,
+)
 from tests.helpers.inferencex_aggregation import module
 
 S = 1_000_000_000
@@ -91,6 +99,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
         _full(11.0, 13.5, 140, 12, -1.0, 2500.0, 7.0),
         _full(11.5, 14.0, 160, 14, 33.0, 2500.0, 9.0),
     ],
+    "one instant": [_full(10.0, 10.0, 100, 10, 5.0, 50.0, 1.0), _full(10.0, 10.0, 200, 20, 6.0, 60.0, 2.0)],
     "latencies under a millisecond": [
         _full(10.0, 10.0005, 100, 10, 0.25, 0.5, 0.05),
         _full(10.2, 10.2009, 120, 3, 0.75, 0.9, 0.3),
@@ -224,3 +233,23 @@ def test_aiperfs_counts_are_read_as_inferencexs_validator_reads_them(tmp_path: A
     for name in ("request_count", "error_request_count", "completed_request_count"):
         assert getattr(mine, name) == validator._metric_avg(aggregate, name), name
     assert not any(error.startswith(("failed to read", str(path))) for error in theirs)
+
+
+def test_percentiles_interpolate_as_inferencexs() -> None:
+    theirs = module("aggregation_common").percentile
+    for values in ([], [3.0], [2.0, 1.0], [5.0, 1.0, 4.0, 4.0, 9.5], [float(v) for v in range(100)]):
+        for p in (0, 1, 25, 50, 75, 90, 95, 99, 99.9, 100):
+            assert percentile(values, p) == theirs(values, p), (values, p)
+
+
+def test_aiperfs_profile_is_read_as_a_json_object(tmp_path: Any) -> None:
+    path = tmp_path / "profile_export_aiperf.json"
+    assert _load_json(path) == {}
+    path.write_text("[1, 2]")
+    assert _load_json(path) == {}
+    path.write_text('{"a": 1}')
+    assert _load_json(path) == {"a": 1}
+    path.write_text("{'a': 1}")
+    with pytest.raises(ArtifactError) as caught:
+        _load_json(path)
+    assert str(caught.value) == f"{path}: not JSON (Expecting property name enclosed in double quotes)"

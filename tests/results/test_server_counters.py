@@ -13,6 +13,7 @@ import pytest
 
 from slurmx import engines
 from slurmx.engines import sglang
+from slurmx.results.requests import ArtifactError
 from slurmx.results.server_metrics import (
     _contains,
     counters_from_scrapes,
@@ -173,3 +174,9 @@ def test_the_prefix_is_found_across_the_chunks_the_export_is_read_in(tmp_path: P
     assert _contains(path, b"bc", 1) and _contains(path, b"ab", 2) and not _contains(path, b"ac", 1)
     path.write_bytes(b"")
     assert not _contains(path, needle)
+
+
+def test_an_engine_scrape_that_does_not_parse_is_an_artifact_error() -> None:
+    with pytest.raises(ArtifactError) as caught:
+        engine_counters({}, "ok 1\n", 'ok 2\nbad{x="1" 3\n')
+    assert str(caught.value).startswith("the engine's /metrics scrape does not parse: line 2: ")

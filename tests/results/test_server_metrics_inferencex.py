@@ -129,6 +129,8 @@ VLLM = {
                 {"labels": {}, "stats": {"total": None, "sum": 12.0}},
                 {"labels": {}, "stats": "n/a"},
                 {"labels": {}},
+                {"labels": {"engine": "2"}, "stats": {"total": None}},
+                {"labels": {"engine": "3"}, "stats": {"p50": 4.0}},
             ),
             "vllm:kv_cache_usage_perc": _metric("gauge", {"labels": {}, "stats": {"max": None, "avg": 0.2}}),
         }
