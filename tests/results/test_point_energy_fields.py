@@ -38,7 +38,8 @@ def _telemetry(tmp_path: Path, info: dict[str, Any] | None, samples: bool = True
     if info is not None:
         (tmp_path / energy.INFO_JSON).write_text(json.dumps(info))
     if samples:
-        rows = "".join(f"{T0 + t:.3f},0,{w:.3f},{j:.3f}\n" for t, w, j in SAMPLES)
+        # an hour before the window, a row that would be refused: rows far outside the window are not read
+        rows = f"{T0 - 3600:.3f},0,N/A,0\n" + "".join(f"{T0 + t:.3f},0,{w:.3f},{j:.3f}\n" for t, w, j in SAMPLES)
         (tmp_path / energy.METRICS_CSV).write_text("timestamp,index,power.draw [W],energy.total [J]\n" + rows)
     return tmp_path
 

@@ -189,7 +189,8 @@ def test_the_accounting_of_records_read_from_disk_is_inferencexs(tmp_path: Any) 
         {**_full(11.6, 13.2, 100, 10, 20.0, 1000.0, 5.0), "error": {"type": "ReadTimeout", "message": "m"}},
     ]
     path = tmp_path / PROFILE_JSONL
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
+    text = "\n".join(json.dumps(line) for line in lines)
+    path.write_text(text.replace("\n", "\n\n  \n", 1) + "\n\n")  # blank lines amid the records and after them
     theirs_records, theirs = module("request_metrics").load_records_with_accounting(path)
     mine_records, mine = load_records(path)
     assert mine_records == theirs_records

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from slurmx.results import energy
-from slurmx.results.aggregate import RunFacts, RunMeta, build_result, recipe_fingerprint
+from slurmx.results import certify, energy
+from slurmx.results.aggregate import ReplayWindow, RunFacts, RunMeta, build_result, recipe_fingerprint
 from slurmx.results.schema import Result
 from tests.helpers.inferencex_results import POINT
 from tests.helpers.points import point_from_row
@@ -204,3 +204,27 @@ def test_a_tensorrt_llm_points_servers_are_listed_by_its_own_metric_names(tmp_pa
             "gpu_kv_cache_usage_pct": 0.55,
         },
     ]
+
+
+def test_the_window_the_dataset_the_policy_and_the_warnings_are_written(tmp_path: Path) -> None:
+    window = ReplayWindow(started_at=T0 + 9.5, ended_at=T0 + 15.25)
+    profile = {"metadata": {"dataset": {"name": "semianalysisai/cc-traces-weka", "revision": "abc"}}}
+    policy = certify.Policy(confidence=0.9, rel_width=0.25)
+    row = {**POINT, "spec-decoding": "mtp"}
+    result = _build(tmp_path, profile, row=row, window=window, policy=policy)
+    meta = result.slurmx
+    assert meta is not None and (meta.started_at, meta.ended_at) == (T0 + 9.5, T0 + 15.25)
+    assert result.dataset == {"name": "semianalysisai/cc-traces-weka", "revision": "abc"}
+    assert result.spec_decoding == "mtp"
+    assert meta.certification is not None
+    assert (meta.certification.confidence, meta.certification.rel_width) == (0.9, 0.25)
+    # 4 requests: a p99 needs the floor of 0.99^n <= 0.05 at 90 %: n = 299 (0.99^298 = 0.05004 > 0.05)
+    assert meta.certification.metrics["e2el"]["p99"].need == 299
+    assert result.warnings == ["no engine metrics: neither before/after scrapes nor server_metrics_export.json"]
+    named_only = _build(tmp_path, {"metadata": {"dataset": "cc-traces"}})
+    assert named_only.dataset is None and named_only.slurmx is not None
+    assert (named_only.slurmx.started_at, named_only.slurmx.ended_at) == (None, None)
+    assert named_only.slurmx.certification is not None and named_only.slurmx.certification.rel_width == 0.10
+    export = {"metrics": {"vllm:prompt_tokens": {"type": "counter", "series": [{"labels": {}, "stats": {"total": 4}}]}}}
+    (tmp_path / "aiperf" / "server_metrics_export.json").write_text(json.dumps(export))
+    assert _build(tmp_path).warnings is None

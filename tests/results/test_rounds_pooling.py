@@ -222,3 +222,16 @@ def test_a_point_certified_after_its_first_round_is_one_round(tmp_path: Path) ->
     assert artifacts.rounds == 1 and len(artifacts.records) == 3 and artifacts.by_round == [artifacts.records]
     assert artifacts.counts.request_count == 3.0 and artifacts.profile["start_time"] == 10.0
     assert artifacts.export.required_prefix == "vllm:" and not artifacts.export.json_nonempty
+
+
+def test_a_round_without_start_times_adds_no_span(tmp_path: Path) -> None:
+    aiperf = tmp_path / "aiperf"
+    _round(aiperf / "round-1", [100.5, 101.0, 102.0], 100.0)  # a span of 2 s
+    _round(aiperf / "round-2", [200.5, 201.0], 200.0)
+    lines = (aiperf / "round-2" / "profile_export.jsonl").read_text().replace('"request_start_ns": 200000000000, ', "")
+    (aiperf / "round-2" / "profile_export.jsonl").write_text(lines)
+    artifacts = read_artifacts(aiperf, NAMES)
+    throughput = compute_request_metrics(artifacts.records, artifacts.profile, artifacts.by_round).throughput
+    # 5 requests of 100 input tokens over round 1's 2 s alone
+    assert throughput.duration_seconds == 2.0
+    assert throughput.input is not None and throughput.input.tokens_per_second == 250.0

@@ -129,7 +129,7 @@ def test_the_pool_size_is_the_last_line_of_each_engine_core_summed(tmp_path: Pat
     )
     two = tmp_path / "node1.log"
     two.write_text("INFO CPU KV cache size: 700 tokens\n")  # no core tag: the default rank, on its own node
-    assert kv_pool_tokens([one, two, tmp_path / "absent.log"]) == 1500 + 2000 + 700
+    assert kv_pool_tokens([tmp_path / "absent.log", one, two]) == 1500 + 2000 + 700
     assert kv_pool_tokens([tmp_path / "absent.log"]) is None
     assert kv_pool_tokens([]) is None
     sg = tmp_path / "sglang.log"
