@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from slurmx import engines
+from slurmx.engines import sglang
 from slurmx.results.requests import compute_request_metrics
 from slurmx.results.rounds import (
     pooled_accounting,
@@ -129,9 +130,9 @@ def test_the_pooled_accounting_adds_every_count_and_category() -> None:
 def test_the_pooled_export_puts_each_metrics_series_side_by_side() -> None:
     one = {
         "metrics": {
+            "junk": 3,  # not a metric entry, and the entries after it still pooled
             "vllm:a": {"type": "counter", "unit": "x", "series": [{"stats": {"total": 1}}]},
             "vllm:b": {"type": "gauge", "series": [{"stats": {"max": 2}}]},
-            "junk": 3,
         }
     }
     two = {
@@ -235,3 +236,27 @@ def test_a_round_without_start_times_adds_no_span(tmp_path: Path) -> None:
     # 5 requests of 100 input tokens over round 1's 2 s alone
     assert throughput.duration_seconds == 2.0
     assert throughput.input is not None and throughput.input.tokens_per_second == 250.0
+
+
+def test_two_rounds_the_second_cut_before_its_first_record_are_one(tmp_path: Path) -> None:
+    aiperf = tmp_path / "aiperf"
+    _round(aiperf / "round-1", [10.5, 11.0], 10.0)
+    (aiperf / "round-2").mkdir()
+    artifacts = read_artifacts(aiperf, NAMES)
+    assert artifacts.rounds == 1 and len(artifacts.records) == 2
+
+
+def test_the_export_check_of_rounds_asks_the_engines_own_prefix(tmp_path: Path) -> None:
+    aiperf = tmp_path / "aiperf"
+    for k in (1, 2):
+        _round(aiperf / f"round-{k}", [10.5, 11.0], 10.0)
+        (aiperf / f"round-{k}" / "server_metrics_export.json").write_text('{"metrics": {"sglang:prompt_tokens": {}}}')
+        (aiperf / f"round-{k}" / "server_metrics_export.csv").write_text("a\n")
+    export = read_artifacts(aiperf, sglang.METRICS).export
+    assert (export.required_prefix, export.json_nonempty, export.csv_nonempty, export.prefix_found) == (
+        "sglang:",
+        True,
+        True,
+        True,
+    )
+    assert not read_artifacts(aiperf, NAMES).export.prefix_found  # no vllm: metric in it
