@@ -260,3 +260,20 @@ def test_the_export_check_of_rounds_asks_the_engines_own_prefix(tmp_path: Path) 
         True,
     )
     assert not read_artifacts(aiperf, NAMES).export.prefix_found  # no vllm: metric in it
+
+
+def test_rounds_too_short_for_a_window_are_rated_over_their_own_spans(tmp_path: Path) -> None:
+    """No round lasts a whole second: the plain rate of one round (its ends over its ends' span), for the rounds
+    together over their spans summed, never over the 40 s between them (which would be 4 ends in 40.5 s)."""
+    aiperf = tmp_path / "aiperf"
+    _round(aiperf / "round-1", [10.1, 10.3], 10.0)  # 0.2 s
+    _round(aiperf / "round-2", [50.2, 50.6, 50.8], 50.0)  # 0.6 s
+    _round(aiperf / "round-3", [60.5], 60.0)  # one end: no span
+    artifacts = read_artifacts(aiperf, NAMES)
+    qps = compute_request_metrics(artifacts.records, artifacts.profile, artifacts.by_round).qps
+    assert (qps.samples, qps.window_seconds) == (0, 1.0)
+    assert qps.mean == pytest.approx(5 / 0.8, rel=1e-9)  # 2 + 3 ends over 0.2 + 0.6 s
+    single = tmp_path / "single"
+    _round(single / "round-1", [10.5], 10.0)
+    one = read_artifacts(single, NAMES)
+    assert compute_request_metrics(one.records, one.profile, one.by_round).qps.mean is None
