@@ -249,3 +249,33 @@ def test_the_certified_estimates_are_the_percentiles_result_json_reports() -> No
     assert set(cert.metrics["ttft"]) == {"p50", "p75", "p90", "p95", "p99"}
     loadgen = requests.certification(records, certify.LOADGEN)
     assert (loadgen.method, loadgen.confidence, loadgen.rel_width) == ("loadgen", 0.99, None)
+
+
+def test_an_inverse_metric_is_judged_on_its_slow_side_too() -> None:
+    # 100 values: rank 40 is 7.5, ranks 41..60 are 8, rank 61 is 16; the p50 is 8 with the interval [7.5, 16]
+    values = [1.0] * 39 + [7.5] + [8.0] * 20 + [16.0] + [30.0] * 39
+    # as tokens per second the interval is [1/16, 1/7.5] around 1/8: 1 - 8/16 = 0.5 below, 8/7.5 - 1 = 0.067 above
+    assert certify.certify(values, 50, certify.Policy(rel_width=0.5), inverse=True).certified
+    assert not certify.certify(values, 50, certify.Policy(rel_width=0.49), inverse=True).certified
+    # as seconds: (16 - 8) / 8 = 1.0 above, (8 - 7.5) / 8 = 0.0625 below
+    assert certify.certify(values, 50, certify.Policy(rel_width=1.0)).certified
+    assert not certify.certify(values, 50, certify.Policy(rel_width=0.99)).certified
+
+
+def test_the_projected_need_of_values_under_one() -> None:
+    # the 100 values 0.01..1.00 (seconds): the p50 0.505 in [0.40, 0.61], 0.105 / 0.505 = 0.2079 relative: as for
+    # 1..100, ceil(100 x (0.2079 / 0.10)^2) = 433 requests
+    cert = certify.certify([v / 100 for v in _sample(100)], 50)
+    assert cert.estimate == pytest.approx(0.505) and not cert.certified and cert.need == 433
+
+
+def test_loadgens_uncertified_inverse_names_its_floor() -> None:
+    short = certify.certify(_sample(63), 90, certify.LOADGEN, inverse=True)
+    assert not short.certified and short.need == 64 and short.lo is None and short.hi_rank is None
+
+
+@pytest.mark.parametrize("p", [0.5, 0.75, 0.9])
+def test_loadgens_min_passing_is_the_exact_search_for_many_counts(p: float) -> None:
+    for confidence in (0.9, 0.99):
+        for t in range(0, 7):
+            assert certify.loadgen_min_passing(t, p, confidence) == h_min(t, p, confidence), (p, confidence, t)
