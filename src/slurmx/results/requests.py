@@ -313,12 +313,17 @@ def _qps(records: list[dict[str, Any]]) -> QpsStats:
 
 
 def _qps_rounds(rounds: list[list[dict[str, Any]]]) -> QpsStats:
-    """QPS over every round's own 1 s windows, pooled (no window spans two rounds)."""
+    """QPS over every round's own 1 s windows, pooled (no window spans two rounds); when no round lasts a whole
+    window, the plain rate over the rounds' own spans (as _qps gives one round), never over the gaps between them."""
     window, values = 1.0, []
+    ended, span = 0, 0.0
     for part in rounds:
-        values += _qps_windows(sorted(ns / 1e9 for r in part if (ns := _meta_ns(r, "request_end_ns")) is not None))
+        ends = sorted(ns / 1e9 for r in part if (ns := _meta_ns(r, "request_end_ns")) is not None)
+        values += _qps_windows(ends, window)
+        if len(ends) >= 2:
+            ended, span = ended + len(ends), span + ends[-1] - ends[0]
     if not values:
-        return _qps([r for part in rounds for r in part])
+        return QpsStats(mean=ended / span, window_seconds=window, samples=0) if span > 0 else QpsStats()
     s = stats(values)
     return QpsStats(window_seconds=window, samples=len(values), **s.model_dump())
 

@@ -437,7 +437,8 @@ def _contains(path: Path, needle: bytes, chunk: int = 1 << 20) -> bool:
         while block := handle.read(chunk):
             if needle in tail + block:
                 return True
-            tail = block[-(len(needle) - 1) :] if len(needle) > 1 else b""
+            # the needle's first bytes may lie in more than one earlier block when blocks are shorter than it
+            tail = (tail + block)[-(len(needle) - 1) :] if len(needle) > 1 else b""
     return False
 
 
