@@ -158,3 +158,37 @@ def test_paths_in_use_reads_maps_and_open_files(tmp_path: Path) -> None:
         used = gpu_hygiene.paths_in_use()
     assert str(held) in used
     assert any(p.endswith(".so") or ".so." in p for p in used)  # mapped libraries, from /proc/*/maps
+
+
+def test_idle_memory_up_to_the_bound_is_not_dirt() -> None:
+    at_bound = GpuState("0", "GPU-x", memory_used_mib=1024, processes=[])  # IDLE_MEMORY_MIB: not more than it
+    assert gpu_hygiene.check_gpu_memory([at_bound], set()).problems == []
+    over = GpuState("0", "GPU-x", memory_used_mib=1025, processes=[])
+    assert gpu_hygiene.check_gpu_memory([over], set()).problems == [
+        "GPU 0 (GPU-x) has 1025 MiB in use by no visible process"
+    ]
+
+
+def test_several_problems_make_one_line() -> None:
+    findings = gpu_hygiene.Findings(problems=["GPU 0: a", "GPU 1: b"])
+    assert findings.failure("node09") == "node node09 is not clean: GPU 0: a; GPU 1: b"
+    assert gpu_hygiene.Findings(notes=["only a note"]).failure("node09") is None
+
+
+def test_gpus_are_selected_in_the_order_named_and_mig_uuids_by_prefix() -> None:
+    ids = [("0", "GPU-cdfacf4c-e42f"), ("1", "MIG-4f1b2c3d-0000"), ("2", "GPU-81bc2e63-2271")]
+    assert gpus.select(ids, ["2", "0"]) == [ids[2], ids[0]]
+    assert gpus.select(ids, ["MIG-4f1b"]) == [ids[1]]
+    assert gpus.select(ids, ["mig-4f1b", "4f1b", "GPU-"]) == [ids[0]]  # only "GPU-"/"MIG-" prefixes, once each
+    assert gpus.select(ids, None) == ids and gpus.select(ids, []) == []
+    assert gpus.visible({"CUDA_VISIBLE_DEVICES": " 1, ,GPU-81bc "}) == ["1", "GPU-81bc"]
+    assert gpus.visible_indices({"CUDA_VISIBLE_DEVICES": "3,GPU-81bc,12"}) == ["3", "12"]
+    assert gpus.visible_count({}) == 0 and gpus.visible({}) is None
+
+
+def test_closing_nvml_after_the_driver_went_away_raises_nothing() -> None:
+    class Gone(H200Nvml):
+        def nvmlShutdown(self) -> None:  # noqa: N802
+            raise NVMLError(9)  # NVML_ERROR_DRIVER_NOT_LOADED
+
+    gpus.close_nvml(Gone([]))  # nothing raised

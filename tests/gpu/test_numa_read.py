@@ -3,6 +3,8 @@ captured matrix, the NUMA nodes from a /sys-shaped directory, and the record the
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -105,3 +107,16 @@ def test_the_launcher_refuses_a_bad_command_line(argv: list[str], capsys: pytest
 def test_the_launcher_reads_its_own_argv(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(sys, "argv", ["numa", "--cpus"])
     assert numa.main() == 2
+
+
+def test_the_launcher_pins_and_becomes_its_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert numa.main(["--cpus"]) == 2  # in this process: the usage error
+    capsys.readouterr()
+    cpu = min(os.sched_getaffinity(0))
+    src = Path(numa.__file__).resolve().parents[2]  # the slurmx this test imported (mutmut's copy under mutmut)
+    done = subprocess.run(
+        [sys.executable, "-m", "slurmx.node.numa", "--cpus", str(cpu), "--", sys.executable, "-c",
+         "import os, sys; print(sorted(os.sched_getaffinity(0)), sys.argv[1:])", "a b"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)}, check=True,
+    )  # fmt: skip
+    assert done.stdout == f"[{cpu}] ['a b']\n"

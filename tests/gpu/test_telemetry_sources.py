@@ -258,3 +258,61 @@ def test_an_absent_reason_opens_nothing(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert info["source"] == "none" and info["absent_reason"] == "MI355X: no NVML"
     assert info["fallback_reasons"] == ["MI355X: no NVML"] and info["devices"] == []
     assert nv.initialised == 0 and not (tmp_path / telemetry.METRICS_CSV).exists()
+
+
+def test_rounds_are_spaced_by_the_interval(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    use_nvml(monkeypatch, H200Nvml([h200_sampled()]))
+    source, _ = telemetry.open_source({})
+    assert source is not None
+    began = time.monotonic()
+    assert telemetry.sample_until_stopped(source, tmp_path, 0.1, lambda: False, max_samples=3) == 3
+    took = time.monotonic() - began
+    stamps = [float(r.split(",", 1)[0]) for r in (tmp_path / telemetry.METRICS_CSV).read_text().splitlines()[1:]]
+    # rounds due at 0, 0.1 and 0.2 s (each a little after), then the one after the stop right away
+    assert len(stamps) == 4 and stamps[1] - stamps[0] >= 0.05 and stamps[2] - stamps[0] >= 0.18
+    assert stamps[3] - stamps[2] < 0.05 and 0.18 <= took < 1.5
+
+
+def test_a_late_round_is_not_made_up_for(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    class SlowFirstRound(H200Nvml):
+        def nvmlDeviceGetPowerUsage(self, h):  # type: ignore[no-untyped-def]  # noqa: N802
+            if self.calls[(0, "power_mw")] == 0:
+                time.sleep(0.35)  # a slow driver call: the round ends past the next round's time
+            return super().nvmlDeviceGetPowerUsage(h)
+
+    use_nvml(monkeypatch, SlowFirstRound([h200_sampled()]))
+    source, _ = telemetry.open_source({})
+    assert source is not None
+    telemetry.sample_until_stopped(source, tmp_path, 0.1, lambda: False, max_samples=3)
+    stamps = [float(r.split(",", 1)[0]) for r in (tmp_path / telemetry.METRICS_CSV).read_text().splitlines()[1:]]
+    # the late round's time is the new start: the next round comes one interval later, not at once to catch up
+    assert stamps[2] - stamps[1] >= 0.05
+
+
+def test_the_command_lines_defaults_and_what_it_prints(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_nvml(monkeypatch, H200Nvml([h200_sampled()]))
+    monkeypatch.setattr(os, "environ", {})
+    assert telemetry.main(["--out", str(tmp_path), "--max-samples", "1"]) == 0
+    assert json.loads((tmp_path / telemetry.INFO_JSON).read_text())["interval_s"] == 0.5
+    assert capsys.readouterr().out == "telemetry: nvml, GPUs ['0'], every 0.5 s\n"
+    assert telemetry.main(["--out", str(tmp_path / "amd"), "--absent", "MI355X: no NVML"]) == 0
+    assert capsys.readouterr().out == "telemetry: no GPU telemetry on this node: MI355X: no NVML\n"
+
+
+def test_a_reason_without_a_message_ends_at_its_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_nvml(monkeypatch, H200Nvml([], init_error=ImportError()))
+    assert telemetry.open_source({"PATH": "/nonexistent"})[1] == ["nvml: ImportError:", "nvidia-smi: not on PATH"]
+
+
+def test_a_memory_reading_that_fails_is_left_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    class NoMemory(H200Nvml):
+        def nvmlDeviceGetMemoryInfo(self, h):  # type: ignore[no-untyped-def]  # noqa: N802
+            raise NVMLError(3)
+
+    use_nvml(monkeypatch, NoMemory([h200_sampled()]))
+    source, _ = telemetry.open_source({})
+    assert isinstance(source, telemetry.NvmlSource) and source.devices[0]["memory_total_mib"] is None
+    (sample,) = source.read()
+    assert sample.row()[1:] == ["0", "97.623", "28667.5", "", "390", "3201", "0", "0", "32"]

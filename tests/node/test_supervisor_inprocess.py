@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -311,10 +312,14 @@ def test_probe_answers(health: str) -> None:
     assert supervisor.probe(f"{health}/200/big", 5, lambda body: len(body) == 1 << 20) == (True, "HTTP 200")
 
 
-def test_wait_ready_on_a_real_server(tmp_path: Path, marker: str, health: str) -> None:
+def test_wait_ready_on_a_real_server(
+    tmp_path: Path, marker: str, health: str, caplog: pytest.LogCaptureFixture
+) -> None:
     with Supervisor(tmp_path, marker, grace_s=1) as sup:
         m = sup.start("sleeper", SLEEPER)
-        sup.wait_ready(m, f"{health}/200", timeout_s=5, interval_s=0.1)
+        with caplog.at_level("INFO", logger="slurmx.node.supervisor"):
+            sup.wait_ready(m, f"{health}/200", timeout_s=5, interval_s=0.1)
+        assert re.fullmatch(rf"sleeper ready at {health}/200 after [0-4]\.\d s", caplog.messages[-1])
         with pytest.raises(ReadinessTimeout, match=r"after 0 s \(last probe: no probe yet\)"):
             sup.wait_ready(m, f"{health}/503", timeout_s=0)
         with pytest.raises(SupervisorError, match="^the other node failed$"):
@@ -329,6 +334,50 @@ def test_wait_ready_notices_a_death_between_probes(tmp_path: Path, marker: str, 
     with Supervisor(tmp_path, marker, grace_s=1) as sup:
         m = sup.start("short", [PY, "-c", "import time; time.sleep(0.5)"])
         began = time.monotonic()
-        with pytest.raises(ProcessDied, match=r"^short exited with code 0 before .*/503 was ready \(\d+\.\d s\)"):
+        with pytest.raises(ProcessDied, match=r"^short exited with code 0 before .*/503 was ready \([0-2]\.\d s\)\n"):
             sup.wait_ready(m, f"{health}/503", timeout_s=30, interval_s=10)
         assert time.monotonic() - began < 3  # noticed within the nap, not after the 10 s interval
+
+
+def test_a_signal_while_a_process_starts_waits_until_it_is_on_the_list(
+    tmp_path: Path, marker: str, own_handlers: dict[int, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm's SIGTERM landing inside Popen: the new process must be torn down with the rest, not orphaned."""
+    real = subprocess.Popen
+
+    def signalled_popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered here, before the child exists
+        return real(*args, **kwargs)  # type: ignore[call-overload]  # Popen's overloads; passed through as given
+
+    with pytest.raises(JobInterrupted) as caught, Supervisor(tmp_path, marker, grace_s=5) as sup:
+        first = sup.start("first", SLEEPER)
+        monkeypatch.setattr("slurmx.node.supervisor.subprocess.Popen", signalled_popen)
+        sup.start("second", SLEEPER)
+        pytest.fail("start returned although a signal came during it")
+    assert caught.value.signum == signal.SIGTERM
+    report = sup.report
+    assert report is not None and report.reason == "signal SIGTERM" and report.signals == ["SIGTERM"]
+    assert report.terminated == ["second", "first"]  # newest first, the one being started included
+    second = sup.processes[1]
+    assert not running(first.pid) and not running(second.pid)
+
+
+def test_what_the_supervisor_logs(tmp_path: Path, marker: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="slurmx.node.supervisor"), Supervisor(tmp_path, marker, grace_s=5) as sup:
+        sleeper = sup.start("sleeper", SLEEPER)
+    assert caplog.messages[0] == f"started sleeper pid {sleeper.pid} ({tmp_path / 'commands' / 'sleeper.txt'})"
+    assert re.fullmatch(
+        r"teardown \(normal end\) in \d\.\d s terminated=\['sleeper'\] killed=\[\] already_exited=\[\]",
+        caplog.messages[-1],
+    )
+    assert caplog.records[-1].levelname == "INFO"  # clean: info, not a warning
+
+
+def test_a_report_that_cannot_be_written_is_a_warning(
+    tmp_path: Path, marker: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "teardown.json").mkdir()  # a directory where the report goes: the write fails
+    with caplog.at_level("INFO", logger="slurmx.node.supervisor"), Supervisor(tmp_path, marker, grace_s=1):
+        pass
+    assert caplog.records[-1].levelname == "WARNING"
+    assert caplog.messages[-1].startswith(f"could not write {tmp_path / 'teardown.json'}: ")
