@@ -316,3 +316,17 @@ def test_a_memory_reading_that_fails_is_left_empty(monkeypatch: pytest.MonkeyPat
     assert isinstance(source, telemetry.NvmlSource) and source.devices[0]["memory_total_mib"] is None
     (sample,) = source.read()
     assert sample.row()[1:] == ["0", "97.623", "28667.5", "", "390", "3201", "0", "0", "32"]
+
+
+def test_nvidia_smi_runs_in_its_own_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The job's teardown signals the sampler's group: a query under way must still answer, outside it."""
+    use_nvml(monkeypatch, H200Nvml([], init_error=ImportError("no pynvml")))
+    seen = tmp_path / "seen"
+    # field 6 of /proc/self/stat is the session id; a session leader's equals its pid
+    fake_smi(
+        tmp_path / "bin", f"echo \"$$ $(cut -d' ' -f6 /proc/$$/stat)\" > {seen}\ncat {H200 / 'query-gpu-slurmx.csv'}"
+    )
+    source, _ = telemetry.open_source({"PATH": str(tmp_path / "bin")})
+    assert isinstance(source, telemetry.SmiSource)
+    pid, session = seen.read_text().split()
+    assert pid == session and int(session) != os.getsid(0)
