@@ -115,7 +115,9 @@ def test_the_launcher_pins_and_becomes_its_command(capsys: pytest.CaptureFixture
     cpu = min(os.sched_getaffinity(0))
     src = Path(numa.__file__).resolve().parents[2]  # the slurmx this test imported (mutmut's copy under mutmut)
     done = subprocess.run(
-        [sys.executable, "-m", "slurmx.node.numa", "--cpus", str(cpu), "--", sys.executable, "-c",
+        # main() reading sys.argv, as `python -m slurmx.node.numa` runs it (imported: mutmut's copy is the one run)
+        [sys.executable, "-c", "import sys; from slurmx.node.numa import main; sys.exit(main())", "--cpus", str(cpu),
+         "--", sys.executable, "-c",
          "import os, sys; print(sorted(os.sched_getaffinity(0)), sys.argv[1:])", "a b"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)}, check=True,
     )  # fmt: skip

@@ -122,3 +122,11 @@ def test_a_grace_asks_first_and_kills_only_what_stays(tmp_path: Path) -> None:
             proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+def test_a_marker_that_is_not_utf8_is_read_with_a_replacement(children: list[subprocess.Popen[bytes]]) -> None:
+    env = {k.encode(): v.encode() for k, v in os.environ.items() if k != MARKER_ENV}
+    proc = subprocess.Popen(SLEEP, env={**env, MARKER_ENV.encode(): b"job-\xff"}, stdout=subprocess.PIPE)
+    children.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+    assert procscan.marker_of(proc.pid) == "job-\ufffd"
