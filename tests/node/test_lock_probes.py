@@ -47,6 +47,17 @@ def test_the_environment_reports_what_is_installed(sup: Supervisor, tmp_path: Pa
     assert found == {"pytest": pytest.__version__}  # the missing one is left out
 
 
+def test_the_probe_runs_unbuffered(sup: Supervisor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    python = script(
+        tmp_path / "python", f'#!/bin/sh\necho "unbuffered=$PYTHONUNBUFFERED" >&2\nexec {sys.executable} "$@"\n'
+    )
+    assert run_lock.probe_versions(sup, runtime(tmp_path), "probe", python, ("pytest",)) == {
+        "pytest": pytest.__version__
+    }
+    assert "unbuffered=1" in (tmp_path / "run" / "logs" / "probe.log").read_text()
+
+
 def test_the_versions_line_is_found_under_later_output(sup: Supervisor, tmp_path: Path) -> None:
     # an interpreter whose environment prints after the probe (a site hook's warning, then a JSON list)
     python = script(
@@ -84,7 +95,10 @@ def test_gpu_models_from_the_nodes_nvidia_smi(sup: Supervisor, tmp_path: Path, m
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # `nvidia-smi --query-gpu=name --format=csv,noheader` on the H200: its name, as nvidia-smi -L shows it
-    script(bin_dir / "nvidia-smi", '#!/bin/sh\n[ "$1" = --query-gpu=name ] || exit 3\necho "NVIDIA H200"\necho\n')
+    script(
+        bin_dir / "nvidia-smi",
+        '#!/bin/sh\n[ "$1 $2" = "--query-gpu=name --format=csv,noheader" ] || exit 3\necho "NVIDIA H200"\necho\n',
+    )
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     assert run_lock.gpu_models(sup) == ["NVIDIA H200"]
     assert "NVIDIA H200" in (H200 / "nvidia-smi-L.txt").read_text()
