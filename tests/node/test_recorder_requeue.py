@@ -117,3 +117,19 @@ def test_a_body_of_another_job_on_the_same_attempt_writes_nothing(point: PointDi
     state = read_state(point.state_json)
     assert state is not None and (state.job_id, state.stage, state.reason) == ("78", "preflight", None)
     assert old.state.stage == "failed"  # the old body still knows how it ended
+
+
+def test_a_requeue_after_a_signal_starts_an_attempt_not_ended(point: PointDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = StageRecorder(point)
+    first.started()
+    first.ended_by("SIGTERM", "interrupted by SIGTERM")  # Slurm's preemption signal, then its requeue
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    StageRecorder(point).started()
+    state = read_state(point.state_json)
+    assert state is not None and (state.attempt, state.ended_by, state.ended_at, state.stage) == (
+        2,
+        None,
+        None,
+        "preflight",
+    )
+    assert state.requeues == ["attempt 1 requeued by Slurm (restart 1): interrupted by SIGTERM"]
