@@ -19,9 +19,9 @@ class _Answers(BaseHTTPRequestHandler):
     """GET/POST /<status>: that status with body `<METHOD> <status>`; a POST's body length is echoed."""
 
     def _answer(self) -> None:
-        status = int(self.path.strip("/") or 200)
+        status = int(self.path.strip("/").split("/")[0] or 200)
         sent = int(self.headers.get("Content-Length") or -1)
-        body = f"{self.command} {status} {sent}".encode()
+        body = b"ok \xff" if self.path.endswith("/latin") else f"{self.command} {status} {sent}".encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -47,6 +47,7 @@ def test_get_text_is_the_body_of_a_2xx_only(server: str) -> None:
     assert loopback.get_text(f"{server}/200") == "GET 200 -1"
     assert loopback.get_text(f"{server}/299") == "GET 299 -1"
     assert loopback.get_text(f"{server}/404") is None
+    assert loopback.get_text(f"{server}/200/latin") == "ok \ufffd"  # not UTF-8: replaced, not an error
     assert loopback.get_text(f"http://127.0.0.1:{free_port()}/metrics", timeout_s=2) is None  # refused
 
 
