@@ -122,9 +122,8 @@ hardware:
 """
 
 
-def test_a_failed_point_fails_the_array_task_in_slurms_eyes(
-    own_handlers: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def queued_sweep(tmp_path: Path) -> tuple[Path, list[str]]:
+    """The local key's no-offload points queued in a sweep, served by the project's fake engine and aiperf."""
     from slurmx.inputs import load_inputs
     from slurmx.store.ledger import queue_point
     from slurmx.store.tree import ResultsTree
@@ -145,11 +144,33 @@ def test_a_failed_point_fails_the_array_task_in_slurms_eyes(
     sweep = ResultsTree(tmp_path / "results").sweep("tiny-fp32-local-vllm-agentic-lmcache", "s1")
     for item in items:
         queue_point(sweep.point(item.point.point_id), item.record("s1"))
-    ids = [item.point.point_id for item in items]
-    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # Slurm granted no GPU: preflight fails, no server starts
+    return sweep.path, [item.point.point_id for item in items]
+
+
+def test_a_failed_point_fails_the_array_task_in_slurms_eyes(
+    own_handlers: None, outside_slurm: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sweep, ids = queued_sweep(tmp_path)
+    outside_slurm.setenv("CUDA_VISIBLE_DEVICES", "")  # Slurm granted no GPU: preflight fails, no server starts
     with pytest.raises(entry.JobFailed) as caught:
-        entry.run_job(str(sweep.path), ids)
+        entry.run_job(str(sweep), ids)
     reason = "preflight: GPUs: the point needs 1, CUDA_VISIBLE_DEVICES shows 0 ()"
     assert str(caught.value) == "; ".join(f"{pid}: {reason}" for pid in ids)
+
+
+def test_points_a_requeued_job_finished_before_are_done(
+    own_handlers: None, outside_slurm: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from slurmx.store.state import PointState, update_state
+    from slurmx.store.tree import SweepDir
+
+    sweep, ids = queued_sweep(tmp_path)
+
+    def done(state: PointState | None) -> PointState:
+        assert state is not None
+        return state.advance("done")
+
+    for pid in ids:
+        update_state(SweepDir(sweep).point(pid).state_json, done)
+    outside_slurm.setenv("SLURM_RESTART_COUNT", "1")  # the requeued job finds them done in the run before
+    assert entry.run_job(str(sweep), ids) == dict.fromkeys(ids, "done")
