@@ -85,9 +85,10 @@ def read_numa_nodes(root: Path = Path("/sys/devices/system/node")) -> dict[int, 
 def read_topology(env: dict[str, str]) -> Topology:
     """This node's topology; GPUs empty where there is no nvidia-smi (the local stack)."""
     gpus: dict[str, GpuAffinity] = {}
-    if shutil.which("nvidia-smi", path=env.get("PATH")):
+    smi = shutil.which("nvidia-smi", path=env.get("PATH"))  # the job's PATH: run the one found there
+    if smi:
         try:
-            out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30).stdout
+            out = subprocess.run([smi, "topo", "-m"], capture_output=True, text=True, timeout=30).stdout
             gpus = parse_topo_matrix(out)
         except (OSError, subprocess.SubprocessError):
             gpus = {}
