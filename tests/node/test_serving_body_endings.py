@@ -1,0 +1,132 @@
+"""How a point's replay ends, driven in-process through the job body with the real small stand-ins for vLLM and
+aiperf (tests/node/fake_engine.py, fake_aiperf.py): a server that dies during the replay, scancel's SIGTERM while
+aiperf has already written records, and what result.json keeps of the engine that ran (its argv, its KV pool).
+In-process, unlike test_serving_body.py's entry-point tests, so that mutation testing sees these paths."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.serving_group import NODE_TESTS, Group, script, serving_group
+
+FAKE_AIPERF = NODE_TESTS / "fake_aiperf.py"
+# vLLM's own line for its pool (EngineCore's log, as vLLM 0.11 prints it); 34,816 tokens = 2,176 blocks of 16
+KV_LINE = "(EngineCore pid=4242) INFO 12-05 10:00:00 [kv_cache_utils.py:1087] GPU KV cache size: 34,816 tokens"
+
+
+@pytest.fixture
+def group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Group:
+    return serving_group(tmp_path, monkeypatch)
+
+
+def _aiperf(group: Group, before: str, after: str = "") -> None:
+    """aiperf's stand-in with shell steps before it writes its artifacts (`before`) and after (`after`)."""
+    run = f'"{sys.executable}" "{FAKE_AIPERF}" "$@" || exit $?'
+    script(group.bin / "aiperf-fake", f'case "$1" in --version) exec "{sys.executable}" "{FAKE_AIPERF}" "$@";; esac\n'
+           f"{before}\n{run}\n{after}")  # fmt: skip
+
+
+# the engine SIGKILLed, and aiperf waits until it is gone (a zombie of the job body, or reaped)
+KILL_ENGINE = (
+    'pid=$(cat "$FAKE_ENGINE_DIR/engine.pid"); kill -9 "$pid"\n'
+    'while [ -e /proc/$pid ] && [ "$(cut -d" " -f3 /proc/$pid/stat)" != Z ]; do sleep 0.02; done'
+)
+
+
+def test_an_engine_that_dies_while_aiperf_runs_fails_the_point_and_keeps_what_aiperf_wrote(group: Group) -> None:
+    """aiperf writes its records and hangs; the engine dies meanwhile: the body notices within its one-second watch,
+    stops aiperf and keeps the records as an invalid partial result; the next point does not start on a dead engine."""
+    _aiperf(group, "", f'{KILL_ENGINE}\ntouch "$FAKE_ENGINE_DIR/replaying"; exec sleep 60')
+    outcomes = group.run()
+    # a SIGKILLed child's return code is minus the signal's number (9); the fake engine logs nothing
+    during = "engine exited with code -9 during the replay"
+    assert outcomes == {group.ids[2]: during, group.ids[4]: "engine exited with code -9 before this point"}
+    assert group.state(2).reason == during and group.stages(2)[-2:] == ["replay", "failed"]
+    kept = group.result(2)
+    assert kept is not None and kept.slurmx is not None
+    assert kept.slurmx.partial_reason == during and kept.slurmx.invalid_reason
+    assert kept.num_requests_successful == 12  # the sample's 12 records, as aiperf wrote them
+    assert kept.slurmx.ended_at is not None and kept.slurmx.started_at is not None
+    assert kept.slurmx.started_at <= kept.slurmx.ended_at <= time.time()
+    assert group.result(4) is None and "replay" not in group.stages(4)
+
+
+def test_an_engine_that_dies_before_aiperf_exits_fails_the_point_even_though_aiperf_succeeded(group: Group) -> None:
+    """The engine dies and aiperf then exits 0 with its records: the check after the replay fails the point (a
+    result measured against a dying server is no result) and keeps the records as partial."""
+    _aiperf(group, KILL_ENGINE)
+    outcomes = group.run(2)
+    during = "engine exited with code -9 during the replay"
+    assert outcomes == {group.ids[2]: during}
+    kept = group.result(2)
+    assert kept is not None and kept.slurmx is not None and kept.slurmx.partial_reason == during
+    assert kept.slurmx.ended_at is not None
+
+
+def test_a_replay_without_records_when_the_engine_dies_leaves_no_result(group: Group) -> None:
+    _aiperf(group, f'{KILL_ENGINE}\ntouch "$FAKE_ENGINE_DIR/replaying"; exec sleep 60')
+    assert group.run(2) == {group.ids[2]: "engine exited with code -9 during the replay"}
+    assert group.result(2) is None
+
+
+def _signal_when_replaying(group: Group, signum: int) -> threading.Thread:
+    """Send `signum` to this process once aiperf says it is replaying (as scancel signals the job's task)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 30
+        while not (group.root / "replaying").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(("signum", "name"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")])
+def test_a_signal_during_the_replay_keeps_what_aiperf_wrote_and_cancels_every_unfinished_point(
+    group: Group, signum: int, name: str
+) -> None:
+    """scancel (SIGTERM) or Ctrl-C once aiperf has written its records: the replay's records become an invalid
+    partial result naming the signal, each unfinished point ends cancelled by it, and the engine is stopped."""
+    _aiperf(group, "", 'touch "$FAKE_ENGINE_DIR/replaying"; exec sleep 60')
+    previous = signal.getsignal(signum)
+    watcher = _signal_when_replaying(group, signum)
+    try:
+        outcomes = group.run()
+    finally:
+        watcher.join(timeout=30)
+    assert signal.getsignal(signum) is previous  # the body's handlers are gone again
+    why = f"interrupted by {name}"
+    assert outcomes == {group.ids[2]: why, group.ids[4]: why}
+    for conc in (2, 4):
+        state = group.state(conc)
+        assert (state.stage, state.ended_by, state.reason) == ("cancelled", name, why)
+    kept = group.result(2)
+    assert kept is not None and kept.slurmx is not None
+    assert kept.slurmx.partial_reason == why and kept.slurmx.invalid_reason
+    assert kept.num_requests_successful == 12
+    assert group.result(4) is None
+    pid = int((group.root / "engine.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_the_result_records_the_engine_that_ran_its_argv_and_its_kv_pool(group: Group) -> None:
+    """The engine's argv as the supervisor started it is the arm's evidence (the none arm: no connector in it), and
+    the pool size vLLM logged is the result's KV pool."""
+    engine = f'"{sys.executable}" "{NODE_TESTS / "fake_engine.py"}"'
+    script(group.bin / "python-fake", f'[ "$1" = -c ] || echo "{KV_LINE}"\nexec {engine} "$@"')
+    assert group.run(2) == {group.ids[2]: "done"}
+    result = group.result(2)
+    assert result is not None and result.slurmx is not None and result.slurmx.evidence is not None
+    evidence = result.slurmx.evidence
+    assert evidence.engine_argv_seen and evidence.engine_connector is None and evidence.arm == "none"
+    assert evidence.kv_pool_tokens == 34_816
+    assert result.slurmx.nodes is None  # a single-node point lists no nodes
