@@ -22,6 +22,7 @@ from slurmx.submit.resolved import resolve_points
 ROOT = Path(__file__).resolve().parents[2]
 NODE_TESTS = ROOT / "tests" / "node"
 KEY = "tiny-fp32-local-vllm-agentic-lmcache"
+MULTINODE_KEY = "tiny-fp32-local-vllm-agentic-multinode"
 VENV = "{{ kind: venv, engine-python: {bin}/python-fake, aiperf-bin: {bin}/aiperf-fake, model-root: {root}/models, hf-home: {root}/hf }}"
 CLUSTERS = """\
 hardware:
@@ -30,6 +31,16 @@ hardware:
     gpus-per-node: 8
     slurm: {{ partition: local, gres-type: b300, features: [b300], mem: 6G, exclusive: false, time-limit-min: 30,
              share-server: true{slurm} }}
+    runtime: {runtime}
+"""
+MULTINODE_CLUSTERS = """\
+hardware:
+  cluster:local-multinode:
+    available-cpu-dram-mib: 16_000
+    gpus-per-node: 1
+    slurm: {{ partition: local, gres-type: b300, features: [b300], mem: 6G, exclusive: false, time-limit-min: 30,
+             share-server: true, kill-wait-s: 15 }}
+    node: {{ heartbeat-stale-s: 30 }}
     runtime: {runtime}
 """
 
@@ -70,6 +81,46 @@ def script(path: Path, body: str) -> Path:
     return path
 
 
+# vLLM's stand-in; a recipe that starts vLLM as `python -c '<vllm's cli>' serve ...` (the multinode one) starts it too
+# (`before`: shell lines run as vLLM starts, not for provisioning's `python -c` probes)
+ENGINE = (
+    'case "$1 $2" in "-c "*vllm.entrypoints*) shift 2;; -c*) exec "{python}" "{engine}" "$@";; esac\n'
+    '{{before}}\nexec "{python}" "{engine}" "$@"'.format(python=sys.executable, engine=NODE_TESTS / "fake_engine.py")
+)
+
+
+def _stand_ins(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script(bin_dir / "python-fake", ENGINE.format(before=""))
+    script(bin_dir / "aiperf-fake", f'exec "{sys.executable}" "{NODE_TESTS / "fake_aiperf.py"}" "$@"')
+    (tmp_path / "models" / "tiny-llama").mkdir(parents=True)
+    (tmp_path / "models" / "tiny-llama" / "config.json").write_text("{}")
+    return bin_dir
+
+
+def _on_the_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serving_body, "READY_POLL_S", 0.05)  # the fake engine is up in a blink
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the point's one GPU, as Slurm would set it
+    monkeypatch.setenv("FAKE_ENGINE_DIR", str(tmp_path))
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def multinode_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Group, str]:
+    """The local multinode key's point (one engine rank on each of two nodes, conc 2) queued in a sweep; its id."""
+    bin_dir = _stand_ins(tmp_path)
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(MULTINODE_CLUSTERS.format(runtime=VENV.format(bin=bin_dir, root=tmp_path)))
+    inputs = load_inputs([ROOT / "configs" / "local-multinode-master.yaml"], clusters, [MULTINODE_KEY])
+    items = list(resolve_points(inputs.points, inputs))
+    assert len(items) == 1
+    sweep = ResultsTree(tmp_path / "results").sweep(MULTINODE_KEY, "s1")
+    queue_point(sweep.point(items[0].point.point_id), items[0].record("s1"))
+    _on_the_node(tmp_path, monkeypatch)
+    return Group(tmp_path, bin_dir, sweep, {2: items[0].point.point_id}), items[0].point.point_id
+
+
 def serving_group(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -80,12 +131,7 @@ def serving_group(
 ) -> Group:
     """`slurm`: more `slurm:` fields (", max-requeues: 0"); `runtime`: the runtime profile in place of the venv one
     ({bin} and {root} are filled in); `until`: the points replayed until certified."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script(bin_dir / "python-fake", f'exec "{sys.executable}" "{NODE_TESTS / "fake_engine.py"}" "$@"')
-    script(bin_dir / "aiperf-fake", f'exec "{sys.executable}" "{NODE_TESTS / "fake_aiperf.py"}" "$@"')
-    (tmp_path / "models" / "tiny-llama").mkdir(parents=True)
-    (tmp_path / "models" / "tiny-llama" / "config.json").write_text("{}")
+    bin_dir = _stand_ins(tmp_path)
     text = CLUSTERS.format(slurm=slurm, runtime=(runtime or VENV).format(bin=bin_dir, root=tmp_path))
     clusters = tmp_path / "clusters.yaml"
     clusters.write_text(text)
@@ -94,11 +140,7 @@ def serving_group(
     sweep = ResultsTree(tmp_path / "results").sweep(KEY, "s1")
     for item in items:
         queue_point(sweep.point(item.point.point_id), item.record("s1", until=until))
-    monkeypatch.setattr(serving_body, "READY_POLL_S", 0.05)  # the fake engine is up in a blink
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the point's one GPU, as Slurm would set it
-    monkeypatch.setenv("FAKE_ENGINE_DIR", str(tmp_path))
-    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT"):
-        monkeypatch.delenv(name, raising=False)
+    _on_the_node(tmp_path, monkeypatch)
     ids = {int(item.point.conc or 0): item.point.point_id for item in items}
     assert sorted(ids) == [2, 4]
     return Group(tmp_path, bin_dir, sweep, ids)
