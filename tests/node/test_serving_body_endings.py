@@ -5,6 +5,7 @@ In-process, unlike test_serving_body.py's entry-point tests, so that mutation te
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -17,6 +18,7 @@ import pytest
 from tests.helpers.serving_group import NODE_TESTS, Group, script, serving_group
 
 FAKE_AIPERF = NODE_TESTS / "fake_aiperf.py"
+SAMPLE = NODE_TESTS.parent / "data" / "aiperf" / "lmcache-replay"
 # vLLM's own line for its pool (EngineCore's log, as vLLM 0.11 prints it); 34,816 tokens = 2,176 blocks of 16
 KV_LINE = "(EngineCore pid=4242) INFO 12-05 10:00:00 [kv_cache_utils.py:1087] GPU KV cache size: 34,816 tokens"
 
@@ -71,7 +73,7 @@ def test_an_engine_that_dies_before_aiperf_exits_fails_the_point_even_though_aip
 
 
 def test_a_replay_without_records_when_the_engine_dies_leaves_no_result(group: Group) -> None:
-    _aiperf(group, f'{KILL_ENGINE}\ntouch "$FAKE_ENGINE_DIR/replaying"; exec sleep 60')
+    _aiperf(group, f"{KILL_ENGINE}\nexit 0")  # aiperf ends without writing a record
     assert group.run(2) == {group.ids[2]: "engine exited with code -9 during the replay"}
     assert group.result(2) is None
 
@@ -130,3 +132,47 @@ def test_the_result_records_the_engine_that_ran_its_argv_and_its_kv_pool(group: 
     assert evidence.engine_argv_seen and evidence.engine_connector is None and evidence.arm == "none"
     assert evidence.kv_pool_tokens == 34_816
     assert result.slurmx.nodes is None  # a single-node point lists no nodes
+
+
+def _flags(argv: list[str]) -> dict[str, str | None]:
+    """--name value / --switch pairs of an argv (a switch maps to None)."""
+    out: dict[str, str | None] = {}
+    for i, arg in enumerate(argv):
+        if arg.startswith("--"):
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+            out[arg] = value
+    return out
+
+
+def test_the_synthetic_replay_asks_aiperf_for_what_aiperf_ran_in_the_recorded_local_replay(group: Group) -> None:
+    """tests/data/aiperf/lmcache-replay is a real aiperf 0.13 run of this key's conc-2 synthetic replay: its
+    input_config is what aiperf parsed from the argv it was given. The argv the body starts now asks the same."""
+    assert group.run(2) == {group.ids[2]: "done"}
+    point = group.point(2)
+    replay = json.loads((point.commands / "replay.txt").read_text().splitlines()[-1])
+    flags = _flags(replay["argv"])
+    ran = json.loads((SAMPLE / "profile_export_aiperf.json").read_text())["input_config"]
+    engine = _flags(json.loads((point.commands / "engine.txt").read_text().splitlines()[-1])["argv"])
+    assert replay["argv"][1] == "profile"
+    assert flags["--url"] == f"http://127.0.0.1:{engine['--port']}"  # the engine, on loopback
+    assert flags["--model"] == ran["models"]["items"][0]["name"]
+    assert flags["--endpoint-type"] == ran["endpoint"]["type"]
+    assert "--streaming" in flags and ran["endpoint"]["streaming"] is True
+    name, value = (flags["--extra-inputs"] or "").split(":")
+    assert {name: json.loads(value)} == ran["endpoint"]["extra"]
+    dataset = ran["datasets"][0]
+    assert flags["--custom-dataset-type"] == dataset["format"]
+    assert Path(flags["--input-file"] or "") == point.trace_jsonl and dataset["path"] == point.trace_jsonl.name
+    assert int(flags["--isl-block-size"] or 0) == dataset["block_size"]
+    assert int(flags["--random-seed"] or 0) == dataset["random_seed"]
+    phase = ran["phases"][0]
+    assert int(flags["--request-count"] or 0) == phase["requests"] == dataset["entries"]
+    assert int(flags["--concurrency"] or 0) == phase["concurrency"] == 2
+    assert flags["--tokenizer"] == ran["tokenizer"]["name"]
+    assert flags["--ui-type"] == ran["runtime"]["ui"]
+    assert int(flags["--workers-max"] or 0) == ran["runtime"]["workers"]
+    assert "--no-auto-plot" in flags and ran["artifacts"]["auto_plot"] is False
+    assert flags["--artifact-dir"] == str(point.aiperf)
+    assert "--server-metrics" not in flags  # the none arm has no tier to scrape
+    # the trace it replays has one line per request it sends
+    assert len(point.trace_jsonl.read_text().splitlines()) == phase["requests"]
