@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.serving_group import NODE_TESTS, Group, script, serving_group
+from tests.helpers.serving_group import ENGINE, NODE_TESTS, Group, script, serving_group
 
 FAKE_AIPERF = NODE_TESTS / "fake_aiperf.py"
 SAMPLE = NODE_TESTS.parent / "data" / "aiperf" / "lmcache-replay"
@@ -120,18 +120,27 @@ def test_a_signal_during_the_replay_keeps_what_aiperf_wrote_and_cancels_every_un
     assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
 
 
-def test_the_result_records_the_engine_that_ran_its_argv_and_its_kv_pool(group: Group) -> None:
-    """The engine's argv as the supervisor started it is the arm's evidence (the none arm: no connector in it), and
-    the pool size vLLM logged is the result's KV pool."""
-    engine = f'"{sys.executable}" "{NODE_TESTS / "fake_engine.py"}"'
-    script(group.bin / "python-fake", f'[ "$1" = -c ] || echo "{KV_LINE}"\nexec {engine} "$@"')
+def test_a_done_point_records_what_ran_the_engine_its_pool_the_lock_and_the_gpu_sampler(group: Group) -> None:
+    """The engine's argv as the supervisor started it is the arm's evidence (the none arm: no connector in it), the
+    pool size vLLM logged is the result's KV pool, lock.json names each process that ran and the provisioning steps,
+    and the GPU sampler ran beside the servers for the group (what it found depends on the host: not asserted)."""
+    script(group.bin / "python-fake", ENGINE.format(before=f'echo "{KV_LINE}"'))
     assert group.run(2) == {group.ids[2]: "done"}
+    point = group.point(2)
+    lock = json.loads(point.lock_json.read_text())
+    assert sorted(lock["processes"]) == ["engine", "replay"]
+    assert [step["step"] for step in lock["provision"]] == ["aiperf runs", "download model tiny-llama"]
+    assert lock["numa"]["policy"] == "none" and lock["cuda_visible_devices"] == "0"
+    telemetry = json.loads((point.telemetry / "telemetry.json").read_text())
+    assert telemetry["cuda_visible_devices"] == "0"  # the sampler ran, for the point's GPU
+    assert (point.commands / "telemetry.txt").exists()
     result = group.result(2)
     assert result is not None and result.slurmx is not None and result.slurmx.evidence is not None
     evidence = result.slurmx.evidence
     assert evidence.engine_argv_seen and evidence.engine_connector is None and evidence.arm == "none"
     assert evidence.kv_pool_tokens == 34_816
     assert result.slurmx.nodes is None  # a single-node point lists no nodes
+    assert result.slurmx.energy is not None  # the sampler's file, read over the replay's window
 
 
 def _flags(argv: list[str]) -> dict[str, str | None]:
