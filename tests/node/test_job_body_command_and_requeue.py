@@ -4,11 +4,14 @@ run before are not run again, the earlier run's leftover processes are killed, t
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from slurmx.node.body import _await_time_limit
 from tests.helpers.serving_group import Group, serving_group
 
 # the point's work: say what it was told (point id, concurrency), where it was told to (its directory)
@@ -111,3 +114,17 @@ def test_a_requeued_job_kills_what_its_earlier_run_left_and_spares_other_jobs(
         for proc in (earlier, other):
             proc.kill()
             proc.wait()
+
+
+def test_after_a_time_limit_teardown_the_body_waits_for_slurm_with_sigterm_at_its_default() -> None:
+    """After SIGUSR2's teardown the body waits for Slurm's own end of the job (so accounting says TIMEOUT), with
+    SIGTERM back at its default so Slurm's signal ends the process; the wait is bounded."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        began = time.monotonic()
+        _await_time_limit(bound_s=0.2)
+        waited = time.monotonic() - began
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert 0.2 <= waited < 5.0  # its one-second naps: at most one past the bound

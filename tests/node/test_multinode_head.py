@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmx.node import multinode
+from slurmx.node import multinode, serving_body
 from slurmx.node.multinode import Rendezvous
 from tests.helpers.serving_group import ENGINE, NODE_TESTS, Group, multinode_point, script
 
@@ -137,3 +137,44 @@ def test_a_node_that_fails_during_the_replay_fails_the_point_and_keeps_the_parti
     assert kept is not None and kept.slurmx is not None and kept.slurmx.partial_reason == reason
     assert kept.slurmx.nodes == ["node01", "node02"]
     assert _heads_record(head)["reason"] == reason
+
+
+def test_a_head_engine_that_dies_with_a_node_is_blamed_on_the_node_that_says_why(
+    head: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank dying on node02 takes the head's engine with it; the head gives node02 a moment to say why, and the
+    point fails with node02's reason rather than the head engine's exit."""
+    monkeypatch.setattr(serving_body, "PEER_REPORT_WAIT_S", 20.0)  # bounded: node02 answers within it
+    aiperf = f'"{sys.executable}" "{NODE_TESTS / "fake_aiperf.py"}"'
+    script(
+        head.bin / "aiperf-fake",
+        f'case "$1" in --version) exec {aiperf} "$@";; esac\n{aiperf} "$@"\n'
+        'kill -9 "$(cat "$FAKE_ENGINE_DIR/engine.pid")"; touch "$FAKE_ENGINE_DIR/replaying"; exec sleep 60',
+    )
+
+    def node02(rendezvous: Rendezvous) -> None:
+        rendezvous.report("node02", "running")
+        _until((head.root / "replaying").exists)
+        engine = Path(f"/proc/{(head.root / 'engine.pid').read_text()}")
+        _until(lambda: not engine.exists())  # reaped: the head saw its engine die and waits for a word
+        rendezvous.report("node02", "failed", "engine exited with signal SIGABRT")
+
+    thread = _as_node02(head, node02)
+    reason = "node02: engine exited with signal SIGABRT during the replay"
+    assert head.run(2) == {head.ids[2]: reason}
+    thread.join(timeout=30)
+
+
+def test_a_head_engine_that_dies_alone_fails_the_point_with_its_own_exit(
+    head: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(serving_body, "PEER_REPORT_WAIT_S", 0.3)  # node02 says nothing: the head stops waiting
+    aiperf = f'"{sys.executable}" "{NODE_TESTS / "fake_aiperf.py"}"'
+    script(
+        head.bin / "aiperf-fake",
+        f'case "$1" in --version) exec {aiperf} "$@";; esac\n{aiperf} "$@"\n'
+        'kill -9 "$(cat "$FAKE_ENGINE_DIR/engine.pid")"; exec sleep 60',
+    )
+    thread = _as_node02(head, lambda rendezvous: rendezvous.report("node02", "running"))
+    assert head.run(2) == {head.ids[2]: "engine exited with code -9 during the replay"}
+    thread.join(timeout=30)

@@ -61,9 +61,9 @@ def test_an_engine_that_dies_while_aiperf_runs_fails_the_point_and_keeps_what_ai
 
 
 def test_an_engine_that_dies_before_aiperf_exits_fails_the_point_even_though_aiperf_succeeded(group: Group) -> None:
-    """The engine dies and aiperf then exits 0 with its records: the check after the replay fails the point (a
-    result measured against a dying server is no result) and keeps the records as partial."""
-    _aiperf(group, KILL_ENGINE)
+    """aiperf writes its records, then the engine dies and aiperf exits 0 at once: the check after the replay fails
+    the point (a result measured against a dying server is no result) and keeps the records as partial."""
+    _aiperf(group, "", KILL_ENGINE)
     outcomes = group.run(2)
     during = "engine exited with code -9 during the replay"
     assert outcomes == {group.ids[2]: during}
@@ -141,6 +141,8 @@ def test_a_done_point_records_what_ran_the_engine_its_pool_the_lock_and_the_gpu_
     assert evidence.kv_pool_tokens == 34_816
     assert result.slurmx.nodes is None  # a single-node point lists no nodes
     assert result.slurmx.energy is not None  # the sampler's file, read over the replay's window
+    assert result.slurmx.started_at is not None and result.slurmx.ended_at is not None
+    assert result.slurmx.started_at < result.slurmx.ended_at <= time.time()
 
 
 def _flags(argv: list[str]) -> dict[str, str | None]:
