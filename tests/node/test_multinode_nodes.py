@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurmx.engines.base import NodePart
+from slurmx.node import multinode
 from slurmx.node.multinode import NodeTask, Rendezvous, head_node, node_address, this_task
 
 NODES = Path(__file__).resolve().parents[1] / "data" / "slurm" / "scontrol-show-node.out"
@@ -177,3 +178,19 @@ def test_a_heartbeat_is_written_while_the_block_runs_and_stops_after(tmp_path: P
     assert (record["job_id"], record["node"]) == ("7.0", "node01")
     assert "heartbeat-node01" not in [t.name for t in threading.enumerate()]  # no beat after the block
     assert rendezvous.node_dir("node02") == tmp_path / "nodes" / "node02"
+
+
+def test_the_head_waits_for_a_node_that_reports_late(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(multinode, "POLL_S", 0.05)
+    late = threading.Timer(0.3, lambda: Rendezvous(tmp_path, "7.0").report("node02", "running"))
+    late.start()
+    try:
+        assert Rendezvous(tmp_path, "7.0").await_peers(1, "running", timeout_s=30) is None
+    finally:
+        late.join()
+
+
+def test_a_report_without_its_node_is_named_by_its_file(tmp_path: Path) -> None:
+    (tmp_path / "nodes").mkdir()
+    (tmp_path / "nodes" / "node05.json").write_text(json.dumps({"job_id": "7.0", "state": "running"}))
+    assert Rendezvous(tmp_path, "7.0").peers() == {"node05": {"job_id": "7.0", "state": "running"}}
