@@ -86,6 +86,8 @@ def test_a_node_serves_its_rank_pointed_at_the_head_until_the_head_ends_the_depl
     seen: dict[str, Any] = {}
 
     def head() -> None:
+        _until((node02.point(2).path / "nodes" / "node02.json").exists)
+        seen["first"] = _report(node02)["state"]  # what node02 says before the head has published anything
         _head(node02).publish_head("node01", HEAD)
         _until(lambda: _running(node02))
         seen["report"] = _report(node02)
@@ -96,6 +98,7 @@ def test_a_node_serves_its_rank_pointed_at_the_head_until_the_head_ends_the_depl
     thread = _as_head(head)
     assert node02.run(2) == {node02.ids[2]: "done"}
     thread.join(timeout=30)
+    assert seen["first"] == "starting"
     assert (seen["report"]["node"], seen["report"]["reason"], seen["alive"]) == ("node02", None, True)
     assert _report(node02)["state"] == "ended" and _report(node02)["reason"] is None
     assert _gone(seen["rank"])  # torn down with the node's supervisor
@@ -104,6 +107,8 @@ def test_a_node_serves_its_rank_pointed_at_the_head_until_the_head_ends_the_depl
     # node02's rank: headless, the data-parallel rank after the head's one, at the address and port the head published
     assert "--headless" in argv and "--data-parallel-start-rank 1" in argv
     assert "--data-parallel-address 127.0.0.1 --data-parallel-rpc-port 4000" in argv
+    # the rank's own address, as the other ranks reach it: its node's name (scontrol knew no NodeAddr for it)
+    assert "# env: VLLM_HOST_IP=node02\n" in argv
     assert node02.state(2).stage == "queued"  # state.json is the head's to write
 
 
@@ -159,3 +164,17 @@ def test_a_signal_ends_the_node_and_says_so(node02: Group) -> None:
     assert signal.getsignal(signal.SIGTERM) is previous
     assert (_report(node02)["state"], _report(node02)["reason"]) == ("ended", "interrupted by SIGTERM")
     assert _gone(int((node02.root / "rank.pid").read_text()))
+
+
+def test_a_head_whose_task_died_before_it_published_fails_the_node_at_once(
+    node02: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The allocation's first node is the head (scontrol expands the node list): its beat gone stale before it said
+    where it listens ends the wait, without the startup timeout (600 s here)."""
+    script(node02.bin / "scontrol", '[ "$1 $2 $3" = "show hostnames node[01-02]" ] && printf "node01\\nnode02\\n"')
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[01-02]")
+    beat = node02.point(2).path / "nodes" / "node01.beat"
+    beat.parent.mkdir(parents=True)
+    beat.write_text(json.dumps({"job_id": JOB, "node": "node01", "at": time.time() - 100}))
+    outcome = node02.run(2)[node02.ids[2]]
+    assert re.fullmatch(r"node02: node01: no heartbeat for 10\d s \(its task is gone\)", outcome), outcome
