@@ -78,13 +78,14 @@ def test_a_replay_without_records_when_the_engine_dies_leaves_no_result(group: G
     assert group.result(2) is None
 
 
-def _signal_when_replaying(group: Group, signum: int) -> threading.Thread:
-    """Send `signum` to this process once aiperf says it is replaying (as scancel signals the job's task)."""
+def _signal_when_replaying(group: Group, signum: int, done: threading.Event) -> threading.Thread:
+    """Send `signum` to this process once aiperf says it is replaying (as scancel signals the job's task); never
+    once the body has returned (`done`): with no handler of the body's, the signal would end the test run."""
 
     def watch() -> None:
-        deadline = time.monotonic() + 30
-        while not (group.root / "replaying").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        while not (group.root / "replaying").exists():
+            if done.wait(0.02):
+                return
         os.kill(os.getpid(), signum)
 
     thread = threading.Thread(target=watch, daemon=True)
@@ -100,10 +101,12 @@ def test_a_signal_during_the_replay_keeps_what_aiperf_wrote_and_cancels_every_un
     partial result naming the signal, each unfinished point ends cancelled by it, and the engine is stopped."""
     _aiperf(group, "", 'touch "$FAKE_ENGINE_DIR/replaying"; exec sleep 60')
     previous = signal.getsignal(signum)
-    watcher = _signal_when_replaying(group, signum)
+    done = threading.Event()
+    watcher = _signal_when_replaying(group, signum, done)
     try:
         outcomes = group.run()
     finally:
+        done.set()
         watcher.join(timeout=30)
     assert signal.getsignal(signum) is previous  # the body's handlers are gone again
     why = f"interrupted by {name}"
