@@ -33,9 +33,9 @@ def test_a_budget_spent_by_the_first_round_stops_after_it(tmp_path: Path, monkey
 def test_rounds_go_on_until_one_more_would_overrun_the_budget_each_on_reset_caches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 2.4 s budget (0.04 min) holds several rounds of the stand-in (each well under a second, its start included);
+    """A 1.5 s budget (0.025 min) holds several rounds of the stand-in (each well under a second, its start included);
     every round after the first starts on reset caches, and the rounds' records are pooled."""
-    until = UntilCertified(percentiles=("p99",), max_point_minutes=0.04)
+    until = UntilCertified(percentiles=("p99",), max_point_minutes=0.025)
     group = serving_group(tmp_path, monkeypatch, until=until)
     assert group.run(2) == {group.ids[2]: "done"}
     point = group.point(2)
@@ -50,7 +50,7 @@ def test_rounds_go_on_until_one_more_would_overrun_the_budget_each_on_reset_cach
     assert result.slurmx.started_at is not None and result.slurmx.ended_at is not None
     # the window spans every round, from the first one's start: more than one round's worth, within the budget plus
     # the one round the stop rule lets start just inside it
-    assert result.slurmx.ended_at - result.slurmx.started_at < 2.4 * 2
+    assert result.slurmx.ended_at - result.slurmx.started_at < 1.5 * 2
 
 
 def test_a_failed_reset_between_rounds_fails_the_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
