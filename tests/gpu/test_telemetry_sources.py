@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import types
 from collections.abc import Iterator
@@ -407,3 +408,14 @@ def test_the_command_line_needs_an_output_directory(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit) as caught:
         telemetry.main([])
     assert caught.value.code == 2 and "--out" in capsys.readouterr().err
+
+
+def test_a_row_written_while_waiting_is_seen_soon(tmp_path: Path) -> None:
+    (tmp_path / telemetry.INFO_JSON).write_text(json.dumps({"source": "nvml"}))
+    (tmp_path / telemetry.METRICS_CSV).write_text("timestamp,index\n99.0,0\n")
+    writer = threading.Timer(0.2, lambda: (tmp_path / telemetry.METRICS_CSV).write_text("timestamp,index\n101.0,0\n"))
+    writer.start()
+    began = time.monotonic()
+    assert telemetry.await_sample_after(tmp_path, 100.0, timeout_s=10) is True
+    writer.join()
+    assert time.monotonic() - began < 0.9  # polled every 0.1 s
