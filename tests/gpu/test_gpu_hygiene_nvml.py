@@ -192,3 +192,48 @@ def test_closing_nvml_after_the_driver_went_away_raises_nothing() -> None:
             raise NVMLError(9)  # NVML_ERROR_DRIVER_NOT_LOADED
 
     gpus.close_nvml(Gone([]))  # nothing raised
+
+
+def test_every_finding_is_kept_when_findings_are_joined() -> None:
+    joined = gpu_hygiene.Findings(["p1"], ["n1"], ["r1"])
+    joined.extend(gpu_hygiene.Findings(["p2"], ["n2"], ["r2"]))
+    assert (joined.problems, joined.notes, joined.removed) == (["p1", "p2"], ["n1", "n2"], ["r1", "r2"])
+
+
+def test_gpus_nvml_does_not_show_are_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    use_nvml(monkeypatch, H200Nvml([h200_dirty("h200")]))
+    env = {"CUDA_VISIBLE_DEVICES": "GPU-00000000,5"}
+    findings = gpu_hygiene.node_hygiene(env, remove_shm=False, shm_dir=tmp_path)
+    assert findings.problems == ["GPUs: CUDA_VISIBLE_DEVICES names GPU-00000000,5, which the driver does not show"]
+
+
+def test_every_foreign_process_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    gpu = h200_dirty("h200")
+    gpu.graphics = [Process(4242, None)]  # its memory unknown: named without a size
+    use_nvml(monkeypatch, H200Nvml([gpu]))
+    findings = gpu_hygiene.node_hygiene({}, remove_shm=False, shm_dir=tmp_path, own_pids={1})
+    assert findings.problems == [
+        "GPU 0 (GPU-cdfacf4c-e42f-3aaf-e387-787cc88052a2) holds memory of a foreign process: pid 685 (4614 MiB), pid 4242"
+    ]
+    mine = gpu_hygiene.node_hygiene({}, remove_shm=False, shm_dir=tmp_path, own_pids={685, 4242})
+    assert mine.problems == []  # the pids given are the job's own
+
+
+def test_a_leftover_that_is_a_dangling_link_has_no_size(tmp_path: Path) -> None:
+    (tmp_path / "lmcache_l1_pool_9").symlink_to(tmp_path / "gone")
+    assert gpu_hygiene.check_shm(False, tmp_path).problems == [
+        "/dev/shm: leftover lmcache_l1_pool_9 (0 MiB) of an earlier LMCache server (the profile does not allow removing it)"
+    ]
+
+
+def test_a_deleted_file_still_mapped_is_in_use_by_its_name(tmp_path: Path) -> None:
+    import mmap
+
+    path = tmp_path / "pool segment"  # a space in the name: the maps line's path is its sixth field, whole
+    path.write_bytes(b"\0" * mmap.PAGESIZE)
+    with path.open("r+b") as f, mmap.mmap(f.fileno(), mmap.PAGESIZE) as mapped:
+        f.close()
+        path.unlink()  # maps now shows "<path> (deleted)"
+        used = gpu_hygiene.paths_in_use()
+        assert mapped[0] == 0
+    assert str(path) in used

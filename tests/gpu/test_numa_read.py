@@ -122,3 +122,10 @@ def test_the_launcher_pins_and_becomes_its_command(capsys: pytest.CaptureFixture
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)}, check=True,
     )  # fmt: skip
     assert done.stdout == f"[{cpu}] ['a b']\n"
+
+
+def test_the_cpus_of_several_nodes_and_a_numa_affinity_nvidia_smi_does_not_know() -> None:
+    pcie = numa.parse_topo_matrix((DATA / "topologies" / "pcie-2gpu-2numa.txt").read_text())
+    assert numa.cpus_of([0, 1], Topology(pcie, {0: "0-23", 1: "24-47"})) == "0-23,24-47"
+    unknown = "\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-15\tN/A\n"  # one NUMA node: nvidia-smi says N/A
+    assert numa.parse_topo_matrix(unknown) == {"0": GpuAffinity("0-15", None)}

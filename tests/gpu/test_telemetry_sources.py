@@ -9,7 +9,9 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -330,3 +332,90 @@ def test_nvidia_smi_runs_in_its_own_session(monkeypatch: pytest.MonkeyPatch, tmp
     assert isinstance(source, telemetry.SmiSource)
     pid, session = seen.read_text().split()
     assert pid == session and int(session) != os.getsid(0)
+
+
+def test_the_smi_source_asks_for_csv_without_header_or_units(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    answer = f"cat {H200 / 'query-gpu-slurmx.csv'}"
+    fake_smi(
+        tmp_path / "bin",
+        f'[ "$1 $2" = "--query-gpu={telemetry.SMI_QUERY} --format=csv,noheader,nounits" ] || exit 4\n{answer}',
+    )
+    monkeypatch.setenv(
+        "PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}"
+    )  # the default: as this process's PATH finds it
+    source = telemetry.SmiSource(None)
+    assert source.gpus == [("0", UUID)]
+
+
+def test_without_a_path_the_jobs_default_path_is_searched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    use_nvml(monkeypatch, H200Nvml([], init_error=ImportError("no pynvml")))
+    recorded_smi(tmp_path / "bin")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # this process's PATH has one; the job's env has no PATH
+    monkeypatch.setattr(os, "defpath", str(tmp_path / "none"))
+    assert telemetry.open_source({})[1] == ["nvml: ImportError: no pynvml", "nvidia-smi: not on PATH"]
+
+
+def test_the_output_directory_is_made_with_its_parents(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    use_nvml(monkeypatch, H200Nvml([h200_sampled()]))
+    out = tmp_path / "point" / "attempt" / "telemetry"
+    assert telemetry.run(out, 0.0, {}, max_samples=1) == 0
+    assert (out / telemetry.METRICS_CSV).is_file()
+
+
+def test_every_reason_is_in_the_absent_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    use_nvml(monkeypatch, H200Nvml([h200_sampled()]))
+    assert telemetry.run(tmp_path, 0.5, {"CUDA_VISIBLE_DEVICES": "3", "PATH": "/nonexistent"}) == 0
+    info = json.loads((tmp_path / telemetry.INFO_JSON).read_text())
+    assert info["absent_reason"] == "nvml: none of CUDA_VISIBLE_DEVICES=3 found; nvidia-smi: not on PATH"
+
+
+def test_telemetry_json_names_the_source_while_sampling(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    seen: list[dict[str, object]] = []
+
+    class Peek(H200Nvml):
+        def nvmlDeviceGetPowerUsage(self, h):  # type: ignore[no-untyped-def]  # noqa: N802
+            if not seen:  # the first round: what await_sample_after reads while the sampler runs
+                seen.append(json.loads((tmp_path / telemetry.INFO_JSON).read_text()))
+            return super().nvmlDeviceGetPowerUsage(h)
+
+    use_nvml(monkeypatch, Peek([h200_sampled()]))
+    telemetry.run(tmp_path, 0.0, {}, max_samples=1)
+    assert seen[0]["source"] == "nvml" and "rounds" not in seen[0]
+
+
+def test_an_info_without_a_source_means_no_sampler(tmp_path: Path) -> None:
+    (tmp_path / telemetry.INFO_JSON).write_text("{}")
+    (tmp_path / telemetry.METRICS_CSV).write_text("timestamp,index\n200.0,0\n")
+    assert telemetry.await_sample_after(tmp_path, 100.0, timeout_s=5) is False
+
+
+def test_newer_nvml_answers_str_and_partial_memory_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Newer(H200Nvml):
+        def nvmlDeviceGetName(self, h):  # type: ignore[no-untyped-def]  # noqa: N802
+            return "NVIDIA H200"  # nvidia-ml-py 12 and later: str, not bytes
+
+        def nvmlDeviceGetMemoryInfo(self, h):  # type: ignore[no-untyped-def]  # noqa: N802
+            return types.SimpleNamespace(total=143771 * 2**20)  # no `used` field: unknown, not a crash
+
+    use_nvml(monkeypatch, Newer([h200_sampled()]))
+    source, _ = telemetry.open_source({})
+    assert isinstance(source, telemetry.NvmlSource) and source.devices[0]["name"] == "NVIDIA H200"
+    (sample,) = source.read()
+    assert sample.memory_used_mib is None
+
+
+def test_the_command_line_needs_an_output_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        telemetry.main([])
+    assert caught.value.code == 2 and "--out" in capsys.readouterr().err
+
+
+def test_a_row_written_while_waiting_is_seen_soon(tmp_path: Path) -> None:
+    (tmp_path / telemetry.INFO_JSON).write_text(json.dumps({"source": "nvml"}))
+    (tmp_path / telemetry.METRICS_CSV).write_text("timestamp,index\n99.0,0\n")
+    writer = threading.Timer(0.2, lambda: (tmp_path / telemetry.METRICS_CSV).write_text("timestamp,index\n101.0,0\n"))
+    writer.start()
+    began = time.monotonic()
+    assert telemetry.await_sample_after(tmp_path, 100.0, timeout_s=10) is True
+    writer.join()
+    assert time.monotonic() - began < 0.9  # polled every 0.1 s

@@ -165,3 +165,14 @@ def test_the_lock_written_for_a_point(tmp_path: Path, monkeypatch: pytest.Monkey
         slurmx.__version__,
     )
     assert lock.point_id == "5a3c0ffee123" and set(lock.processes) == {"engine"}
+
+
+def test_the_gpu_models_query_is_recorded_under_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script(bin_dir / "nvidia-smi", '#!/bin/sh\necho "NVIDIA H200"\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with Supervisor(tmp_path / "run", f"lock-{uuid.uuid4().hex[:10]}", grace_s=1) as sup:
+        assert run_lock.gpu_models(sup) == ["NVIDIA H200"]
+    assert (tmp_path / "run" / "commands" / "gpu-models.txt").is_file()
+    assert (tmp_path / "run" / "logs" / "gpu-models.log").read_text() == "NVIDIA H200\n"

@@ -119,3 +119,11 @@ def test_a_container_runtime_checks_its_tools_when_it_starts(tmp_path: Path) -> 
     assert preflight.check_tools(_spec(), not_aiperf) == (
         f"{tmp_path / 'aiperf'} is not an executable (build the stack: scripts/local-stack.sh)"
     )
+
+
+def test_a_backend_with_a_pool_is_checked_whole(model_root: Path, leftover: Path) -> None:
+    # 1 GB of L1 kept out of /dev/shm: this host holds it plus the 1 GB margin, and LMCache's own checks pass
+    env = {"CUDA_VISIBLE_DEVICES": "0", "SLURMD_NODENAME": "node04"}
+    assert (
+        preflight.preflight(_spec(backend=_lmcache(1)), venv(model_root), env, remove_shm=True, gpus_absent="x") == []
+    )

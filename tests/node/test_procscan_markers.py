@@ -130,3 +130,18 @@ def test_a_marker_that_is_not_utf8_is_read_with_a_replacement(children: list[sub
     children.append(proc)
     assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
     assert procscan.marker_of(proc.pid) == "job-\ufffd"
+
+
+def test_the_group_read_is_the_process_group_not_the_session(children: list[subprocess.Popen[bytes]]) -> None:
+    proc = subprocess.Popen(SLEEP, stdout=subprocess.PIPE, process_group=0)  # its own group, this session
+    children.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+    stat = procscan.read_stat(proc.pid)
+    assert stat is not None and stat[1:] == (os.getpid(), os.getpgid(proc.pid)) and os.getsid(proc.pid) != proc.pid
+
+
+def test_a_group_member_without_the_marker_is_killed_too(children: list[subprocess.Popen[bytes]]) -> None:
+    pid = spawn(children, None)  # its own session and group, no marker
+    found = procscan.kill_survivors(f"absent-{os.getpid()}", pgids=[pid], wait_s=5)
+    assert [p.pid for p in found] == [pid]
+    assert children[-1].wait(timeout=10) == -signal.SIGKILL

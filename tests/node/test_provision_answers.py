@@ -124,3 +124,10 @@ def test_an_upstream_script_runs_as_a_python_program(tmp_path: Path) -> None:
     argv = {s.item: s for s in provision.plan(spec, mounted)}["run benchmarks/patch.sh"].process.argv
     inside = argv[argv.index("python3") :]  # after the runtime's srun into the container
     assert inside[1] == "-c" and inside[3:] == ["/workspace/benchmarks/patch.sh", "0" * 64, "bash", "--quick"]
+
+
+def test_an_aiperf_pin_without_a_checkout_is_named_by_the_pin() -> None:
+    runtime = VenvRuntime(engine_python=sys.executable, aiperf_bin=sys.executable, model_root="/m")
+    spec = _spec(replay=Replay(kind="synthetic", aiperf_revision="754356e"))
+    step = {s.item: s for s in provision.plan(spec, runtime)}["aiperf revision"]
+    assert step.value == "754356e" and step.timeout_s == provision.CHECK_TIMEOUT_S

@@ -294,7 +294,7 @@ class _Health(BaseHTTPRequestHandler):
 @pytest.fixture
 def health() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
