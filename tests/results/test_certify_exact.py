@@ -12,6 +12,7 @@ from fractions import Fraction
 import pytest
 
 from slurmx.results import certify, requests
+from slurmx.results.schema import Certification, PercentileCertificate
 
 
 def exact_cdfs(n: int, q: Fraction) -> list[Fraction]:
@@ -279,3 +280,12 @@ def test_loadgens_min_passing_is_the_exact_search_for_many_counts(p: float) -> N
     for confidence in (0.9, 0.99):
         for t in range(0, 7):
             assert certify.loadgen_min_passing(t, p, confidence) == h_min(t, p, confidence), (p, confidence, t)
+
+
+def test_a_percentile_is_certified_for_the_stop_only_when_every_metric_has_it_certified() -> None:
+    yes, no = PercentileCertificate(count=9, certified=True), PercentileCertificate(count=9)
+    cert = Certification(confidence=0.95, metrics={"ttft": {"p90": yes, "p50": yes}, "e2el": {"p90": yes, "p50": no}})
+    assert requests.certified_by_percentile(cert, ("ttft", "e2el")) == {"p50": False, "p90": True}
+    # a metric the block lacks certifies nothing, after one that is certified
+    assert requests.certified_by_percentile(cert, ("ttft", "e2e_norm_intvty")) == {"p50": False, "p90": False}
+    assert requests.certified_by_percentile(Certification(confidence=0.95)) == {}
