@@ -248,6 +248,20 @@ def test_the_certified_estimates_are_the_percentiles_result_json_reports() -> No
         norm = cert.metrics["e2e_norm_intvty"][f"p{pct}"]
         assert norm.estimate == pytest.approx(getattr(latency.e2e_norm_intvty, f"p{pct}"), rel=1e-12)
     assert set(cert.metrics["ttft"]) == {"p50", "p75", "p90", "p95", "p99"}
+    # each certificate is certify's over the same per-request seconds, field by field
+    ttft = [(10.0 + (37 * i) % 101) / 1000 for i in range(120)]
+    for pct in (50, 99):
+        theirs = certify.certify(ttft, pct)
+        mine = cert.metrics["ttft"][f"p{pct}"]
+        assert (mine.count, mine.lo, mine.hi, mine.lo_rank, mine.hi_rank) == (
+            theirs.count,
+            theirs.lo,
+            theirs.hi,
+            theirs.lo_rank,
+            theirs.hi_rank,
+        )
+        assert (mine.coverage, mine.certified, mine.need) == (theirs.coverage, theirs.certified, theirs.need)
+    assert cert.metrics["ttft"]["p50"].lo is not None and cert.metrics["ttft"]["p50"].coverage is not None
     loadgen = requests.certification(records, certify.LOADGEN)
     assert (loadgen.method, loadgen.confidence, loadgen.rel_width) == ("loadgen", 0.99, None)
 

@@ -152,6 +152,7 @@ AGGREGATES: dict[str, dict[str, Any]] = {
     "none": {},
     "sum and count": {"theoretical_prefix_cache_hit": {"sum": 37, "count": 50, "avg": 12.0, "unit": "%"}},
     "zero count, avg in percent": {"theoretical_prefix_cache_hit": {"sum": 3, "count": 0, "avg": 62.5, "unit": " % "}},
+    "a count of one": {"theoretical_prefix_cache_hit": {"sum": 0.5, "count": 1, "avg": 90.0, "unit": "%"}},
     "avg as a fraction": {"theoretical_prefix_cache_hit": {"avg": 0.625, "unit": "ratio"}},
     "avg without unit": {"theoretical_prefix_cache_hit": {"avg": 0.25}},
     "no avg": {"theoretical_prefix_cache_hit": {"sum": 4}},
