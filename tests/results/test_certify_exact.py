@@ -12,6 +12,7 @@ from fractions import Fraction
 import pytest
 
 from slurmx.results import certify, requests
+from slurmx.results.schema import Certification, PercentileCertificate
 
 
 def exact_cdfs(n: int, q: Fraction) -> list[Fraction]:
@@ -247,6 +248,20 @@ def test_the_certified_estimates_are_the_percentiles_result_json_reports() -> No
         norm = cert.metrics["e2e_norm_intvty"][f"p{pct}"]
         assert norm.estimate == pytest.approx(getattr(latency.e2e_norm_intvty, f"p{pct}"), rel=1e-12)
     assert set(cert.metrics["ttft"]) == {"p50", "p75", "p90", "p95", "p99"}
+    # each certificate is certify's over the same per-request seconds, field by field
+    ttft = [(10.0 + (37 * i) % 101) / 1000 for i in range(120)]
+    for pct in (50, 99):
+        theirs = certify.certify(ttft, pct)
+        mine = cert.metrics["ttft"][f"p{pct}"]
+        assert (mine.count, mine.lo, mine.hi, mine.lo_rank, mine.hi_rank) == (
+            theirs.count,
+            theirs.lo,
+            theirs.hi,
+            theirs.lo_rank,
+            theirs.hi_rank,
+        )
+        assert (mine.coverage, mine.certified, mine.need) == (theirs.coverage, theirs.certified, theirs.need)
+    assert cert.metrics["ttft"]["p50"].lo is not None and cert.metrics["ttft"]["p50"].coverage is not None
     loadgen = requests.certification(records, certify.LOADGEN)
     assert (loadgen.method, loadgen.confidence, loadgen.rel_width) == ("loadgen", 0.99, None)
 
@@ -279,3 +294,12 @@ def test_loadgens_min_passing_is_the_exact_search_for_many_counts(p: float) -> N
     for confidence in (0.9, 0.99):
         for t in range(0, 7):
             assert certify.loadgen_min_passing(t, p, confidence) == h_min(t, p, confidence), (p, confidence, t)
+
+
+def test_a_percentile_is_certified_for_the_stop_only_when_every_metric_has_it_certified() -> None:
+    yes, no = PercentileCertificate(count=9, certified=True), PercentileCertificate(count=9)
+    cert = Certification(confidence=0.95, metrics={"ttft": {"p90": yes, "p50": yes}, "e2el": {"p90": yes, "p50": no}})
+    assert requests.certified_by_percentile(cert, ("ttft", "e2el")) == {"p50": False, "p90": True}
+    # a metric the block lacks certifies nothing, after one that is certified
+    assert requests.certified_by_percentile(cert, ("ttft", "e2e_norm_intvty")) == {"p50": False, "p90": False}
+    assert requests.certified_by_percentile(Certification(confidence=0.95)) == {}

@@ -99,6 +99,20 @@ CASES: dict[str, list[dict[str, Any]]] = {
         _full(11.0, 13.5, 140, 12, -1.0, 2500.0, 7.0),
         _full(11.5, 14.0, 160, 14, 33.0, 2500.0, 9.0),
     ],
+    "two ends under a second apart": [
+        _full(10.0, 10.5, 10, 1, 5.0, 500.0, 1.0),
+        _full(10.2, 10.9, 20, 2, 6.0, 700.0, 2.0),
+    ],
+    "two ends a window and a half apart": [
+        _full(9.0, 10.0, 10, 1, 5.0, 1000.0, 1.0),
+        _full(10.2, 11.5, 20, 2, 6.0, 1300.0, 2.0),
+    ],
+    "first two ends equal": [
+        _full(9.0, 10.0, 10, 1, 5.0, 1000.0, 1.0),
+        _full(9.5, 10.0, 20, 2, 6.0, 500.0, 2.0),
+        _full(10.0, 11.5, 30, 3, 7.0, 1500.0, 3.0),
+        _full(10.5, 12.7, 40, 4, 8.0, 2200.0, 4.0),
+    ],
     "one instant": [_full(10.0, 10.0, 100, 10, 5.0, 50.0, 1.0), _full(10.0, 10.0, 200, 20, 6.0, 60.0, 2.0)],
     "latencies under a millisecond": [
         _full(10.0, 10.0005, 100, 10, 0.25, 0.5, 0.05),
@@ -138,6 +152,7 @@ AGGREGATES: dict[str, dict[str, Any]] = {
     "none": {},
     "sum and count": {"theoretical_prefix_cache_hit": {"sum": 37, "count": 50, "avg": 12.0, "unit": "%"}},
     "zero count, avg in percent": {"theoretical_prefix_cache_hit": {"sum": 3, "count": 0, "avg": 62.5, "unit": " % "}},
+    "a count of one": {"theoretical_prefix_cache_hit": {"sum": 0.5, "count": 1, "avg": 90.0, "unit": "%"}},
     "avg as a fraction": {"theoretical_prefix_cache_hit": {"avg": 0.625, "unit": "ratio"}},
     "avg without unit": {"theoretical_prefix_cache_hit": {"avg": 0.25}},
     "no avg": {"theoretical_prefix_cache_hit": {"sum": 4}},
@@ -180,6 +195,7 @@ def test_the_accounting_of_records_read_from_disk_is_inferencexs(tmp_path: Any) 
         {**_full(10.5, 12.0, 100, 10, 20.0, 1000.0, 5.0), "metadata": {"benchmark_phase": "warmup"}},
         {**_full(11.0, 12.5, 100, 10, 20.0, 1000.0, 5.0), "error": {"type": "ReadTimeout"}},
         {**_full(11.0, 12.5, 100, 10, 20.0, 1000.0, 5.0), "error": "ConnectionError: refused", "metadata": {}},
+        {**_full(11.1, 12.6, 100, 10, 20.0, 1000.0, 5.0), "error": {"message": "ClientError: 503: unavailable"}},
         {
             **_full(11.2, 12.8, 100, 10, 20.0, 1000.0, 5.0),
             "error": {"status": 429},

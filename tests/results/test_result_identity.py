@@ -228,3 +228,46 @@ def test_the_window_the_dataset_the_policy_and_the_warnings_are_written(tmp_path
     export = {"metrics": {"vllm:prompt_tokens": {"type": "counter", "series": [{"labels": {}, "stats": {"total": 4}}]}}}
     (tmp_path / "aiperf" / "server_metrics_export.json").write_text(json.dumps(export))
     assert _build(tmp_path).warnings is None
+
+
+def test_an_sglang_points_ranks_pool_and_gpus_are_read_by_its_own_names(tmp_path: Path) -> None:
+    """SGLang's rank label (dp_rank) and finished-request counter, its pool-size log line, and the point's two GPUs
+    against telemetry of one: 6 and 4 requests on ranks 0 and 1, 4096 + 4096 tokens, power not valid."""
+    export = {
+        "metrics": {
+            "sglang:num_requests": {
+                "type": "counter",
+                "series": [
+                    {"labels": {"dp_rank": "1"}, "stats": {"total": 4}},
+                    {"labels": {"dp_rank": "0"}, "stats": {"total": 6}},
+                ],
+            },
+            "vllm:request_success": {
+                "type": "counter",
+                "series": [
+                    {"labels": {"engine": "0"}, "stats": {"total": 1}},
+                    {"labels": {"engine": "1"}, "stats": {"total": 2}},
+                ],
+            },
+        }
+    }
+    (tmp_path / "aiperf").mkdir()
+    (tmp_path / "aiperf" / "server_metrics_export.json").write_text(json.dumps(export))
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026 DP0 TP0 EP0] KV Cache is allocated. #tokens: 4096, K size: 1 GB\n"
+        "[2026 DP1 TP0 EP0] KV Cache is allocated. #tokens: 4096, K size: 1 GB\n"
+        "INFO GPU KV cache size: 99 tokens\n"  # vLLM's line: not SGLang's
+    )
+    telemetry = tmp_path / "telemetry"
+    telemetry.mkdir()
+    (telemetry / energy.INFO_JSON).write_text(json.dumps({"source": "nvml"}))
+    rows = "".join(f"{T0 + t:.3f},0,200.000\n" for t in range(8, 17))
+    (telemetry / energy.METRICS_CSV).write_text("timestamp,index,power.draw [W]\n" + rows)
+    row = {**POINT, "framework": "sglang", "tp": 2}
+    profile = {"start_time": T0 + 10, "end_time": T0 + 14}
+    result = _build(tmp_path, profile, row=row, engine_logs=[log], telemetry_dir=telemetry)
+    assert result.slurmx is not None and result.slurmx.requests_by_rank == {"0": 6, "1": 4}
+    assert result.kv_cache_pool_tokens == 8192
+    assert result.power_valid == 0 and result.slurmx.energy is not None
+    assert result.slurmx.energy.reasons == ["expected_gpu_count_mismatch"]

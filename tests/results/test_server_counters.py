@@ -181,3 +181,19 @@ def test_an_engine_scrape_that_does_not_parse_is_an_artifact_error() -> None:
     with pytest.raises(ArtifactError) as caught:
         engine_counters({}, "ok 1\n", 'ok 2\nbad{x="1" 3\n')
     assert str(caught.value).startswith("the engine's /metrics scrape does not parse: line 2: ")
+
+
+def test_corners_of_the_engine_counters(tmp_path: Path) -> None:
+    # one scrape of the two missing: aiperf's export, or nothing
+    assert engine_counters({}, None, "vllm:prompt_tokens_total 5\n")[1] == "none"
+    assert engine_counters({}, "vllm:prompt_tokens_total 5\n", None)[1] == "none"
+    # no generation counter and no records: no total, not 0
+    tokens = server_metrics_from([], engine_counters({}, "", "vllm:prompt_tokens_total 5\n")[0]).tokens
+    assert (tokens.prompt_total, tokens.generation_total, tokens.requests_completed) == (5, None, 0)
+    # a log with bytes that are not UTF-8 is still read
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"\xff\xfe junk\n(EngineCore_DP0 pid=1) INFO GPU KV cache size: 2,048 tokens\n")
+    assert kv_pool_tokens([log]) == 2048
+    # a one-byte export file is not empty
+    (tmp_path / "server_metrics_export.json").write_bytes(b"{")
+    assert metrics_export(tmp_path, engines.default().metrics).json_nonempty

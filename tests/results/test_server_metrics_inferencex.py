@@ -131,8 +131,14 @@ VLLM = {
                 {"labels": {}},
                 {"labels": {"engine": "2"}, "stats": {"total": None}},
                 {"labels": {"engine": "3"}, "stats": {"p50": 4.0}},
+                {"labels": {"engine": "4"}, "stats": {"total": 30.0}},  # a usable series after the unusable ones
             ),
-            "vllm:kv_cache_usage_perc": _metric("gauge", {"labels": {}, "stats": {"max": None, "avg": 0.2}}),
+            "vllm:generation_tokens": _metric("counter", {"labels": {}, "stats": "n/a"}, _series({}, total=7.0)),
+            "vllm:kv_cache_usage_perc": _metric(
+                "gauge",
+                {"labels": {}, "stats": {"max": None, "avg": 0.2}},
+                {"labels": {"engine": "5"}, "stats": {"total": 0.3}},
+            ),
         }
     },
     "empty": {},
