@@ -104,11 +104,7 @@ def test_a_node_that_failed_before_the_heads_engine_is_ready_fails_the_point_wit
 
 
 def test_a_node_that_never_runs_fails_the_point_once_the_startup_timeout_passed(head: Group) -> None:
-    path = head.point(2).point_json
-    record = json.loads(path.read_text())
-    key = next(k for k in record["serving"] if k.replace("-", "_") == "startup_timeout_s")
-    record["serving"][key] = 1
-    path.write_text(json.dumps(record))
+    head.startup_timeout(2, 1)
     thread = _as_node02(head, lambda rendezvous: rendezvous.report("node02", "starting"))
     reason = "multinode deployment not ready: 0 of 1 other nodes running after 1 s"
     assert head.run(2) == {head.ids[2]: reason}

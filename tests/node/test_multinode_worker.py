@@ -120,11 +120,7 @@ def test_a_head_that_ended_before_it_published_ends_the_node_without_starting_an
 
 
 def test_a_head_that_never_says_where_it_listens_fails_the_node(node02: Group) -> None:
-    path = node02.point(2).point_json
-    record = json.loads(path.read_text())
-    key = next(k for k in record["serving"] if k.replace("-", "_") == "startup_timeout_s")
-    record["serving"][key] = 1
-    path.write_text(json.dumps(record))
+    node02.startup_timeout(2, 1)
     why = "the head did not say where it listens within 1 s"
     assert node02.run(2) == {node02.ids[2]: f"node02: {why}"}
     assert (_report(node02)["state"], _report(node02)["reason"]) == ("failed", why)
@@ -170,7 +166,7 @@ def test_a_head_whose_task_died_before_it_published_fails_the_node_at_once(
     node02: Group, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The allocation's first node is the head (scontrol expands the node list): its beat gone stale before it said
-    where it listens ends the wait, without the startup timeout (600 s here)."""
+    where it listens ends the wait, without the startup timeout (30 s here)."""
     script(node02.bin / "scontrol", '[ "$1 $2 $3" = "show hostnames node[01-02]" ] && printf "node01\\nnode02\\n"')
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[01-02]")
     beat = node02.point(2).path / "nodes" / "node01.beat"
