@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ HEAD = NodePart(0, "127.0.0.1", 4000, 5000)
 
 
 @pytest.fixture
-def node02(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Group:
+def node02(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Group]:
     group, _ = multinode_point(tmp_path, monkeypatch)
     monkeypatch.setenv("SLURMD_NODENAME", "node02")
     monkeypatch.setenv("SLURM_NODEID", "1")
@@ -44,7 +44,12 @@ def node02(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Group:
     script(group.bin / "python-fake", ENGINE.format(before=rank))
     monkeypatch.setattr(worker_body, "WATCH_S", 0.05)
     monkeypatch.setattr(multinode, "POLL_S", 0.05)
-    return group
+    # a node that misses its ending would serve forever: the head ends the deployment after 20 s in any case (the
+    # test's outcome then shows it)
+    watchdog = threading.Timer(20.0, lambda: _head(group).end("watchdog"))
+    watchdog.start()
+    yield group
+    watchdog.cancel()
 
 
 def _head(group: Group) -> Rendezvous:
