@@ -115,6 +115,8 @@ def test_a_node_serves_its_rank_pointed_at_the_head_until_the_head_ends_the_depl
     # the rank's own address, as the other ranks reach it: its node's name (scontrol knew no NodeAddr for it)
     assert "# env: VLLM_HOST_IP=node02\n" in argv
     assert node02.state(2).stage == "queued"  # state.json is the head's to write
+    beat = json.loads((node02.point(2).path / "nodes" / "node02.beat").read_text())  # it beat while it served
+    assert (beat["job_id"], beat["node"]) == (JOB, "node02")
 
 
 def test_a_head_that_ended_before_it_published_ends_the_node_without_starting_anything(node02: Group) -> None:
