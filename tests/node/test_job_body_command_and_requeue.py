@@ -15,7 +15,8 @@ from slurmx.node.body import _await_time_limit
 from tests.helpers.serving_group import Group, serving_group
 
 # the point's work: say what it was told (point id, concurrency), where it was told to (its directory)
-SAY = 'echo "$SLURMX_POINT_ID $SLURMX_CONC" > "$SLURMX_POINT_DIR/said"; echo said >> {root}/runs'
+# and count its runs in the directory the job's environment names (it inherits the job's env besides its own)
+SAY = 'echo "$SLURMX_POINT_ID $SLURMX_CONC" > "$SLURMX_POINT_DIR/said"; echo said >> "${{FAKE_ENGINE_DIR:?}}/runs"'
 COMMAND = "{{{{ kind: command, command: [sh, -c, '{say}'] }}}}"
 
 

@@ -5,6 +5,7 @@ does (node/multinode.py): it says it starts, runs, fails, and reads what the hea
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -88,6 +89,8 @@ def test_the_head_serves_once_the_other_node_runs_and_ends_it_after_the_replay(h
     # each node's engine logs its own rank's pool: the point's pool is both, 2 x 34,816
     assert result.slurmx.evidence is not None and result.slurmx.evidence.kv_pool_tokens == 69_632
     assert head.stages(2) == ["queued", "preflight", "engine", "replay", "aggregate", "done"]
+    beat = json.loads((head.point(2).path / "nodes" / "node01.beat").read_text())  # the head beat while it ran
+    assert (beat["job_id"], beat["node"]) == (JOB, "node01")
     # the head's engine was told where the ranks meet: the address and the RPC port it published
     argv = (head.point(2).path / "commands" / "engine.txt").read_text()
     assert f"--data-parallel-address node01 --data-parallel-rpc-port {record['rpc_port']}" in argv
@@ -104,11 +107,7 @@ def test_a_node_that_failed_before_the_heads_engine_is_ready_fails_the_point_wit
 
 
 def test_a_node_that_never_runs_fails_the_point_once_the_startup_timeout_passed(head: Group) -> None:
-    path = head.point(2).point_json
-    record = json.loads(path.read_text())
-    key = next(k for k in record["serving"] if k.replace("-", "_") == "startup_timeout_s")
-    record["serving"][key] = 1
-    path.write_text(json.dumps(record))
+    head.startup_timeout(2, 1)
     thread = _as_node02(head, lambda rendezvous: rendezvous.report("node02", "starting"))
     reason = "multinode deployment not ready: 0 of 1 other nodes running after 1 s"
     assert head.run(2) == {head.ids[2]: reason}
@@ -178,3 +177,14 @@ def test_a_head_engine_that_dies_alone_fails_the_point_with_its_own_exit(
     thread = _as_node02(head, lambda rendezvous: rendezvous.report("node02", "running"))
     assert head.run(2) == {head.ids[2]: "engine exited with code -9 during the replay"}
     thread.join(timeout=30)
+
+
+def test_a_node_silent_for_longer_than_the_profiles_heartbeat_stale_s_fails_the_point(head: Group) -> None:
+    """The profile's node.heartbeat-stale-s (30 s here; 90 by default) decides when a silent node is gone: node02's
+    last beat 50 s ago is over it."""
+    node02 = _node02(head)
+    node02.report("node02", "running")
+    beat = head.point(2).path / "nodes" / "node02.beat"
+    beat.write_text(json.dumps({"job_id": JOB, "node": "node02", "at": time.time() - 50}))
+    outcome = head.run(2)[head.ids[2]]
+    assert re.fullmatch(r"node02: no heartbeat for 5\d s \(its task is gone\)", outcome), outcome

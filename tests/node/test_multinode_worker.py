@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ HEAD = NodePart(0, "127.0.0.1", 4000, 5000)
 
 
 @pytest.fixture
-def node02(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Group:
+def node02(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Group]:
     group, _ = multinode_point(tmp_path, monkeypatch)
     monkeypatch.setenv("SLURMD_NODENAME", "node02")
     monkeypatch.setenv("SLURM_NODEID", "1")
@@ -44,7 +44,12 @@ def node02(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Group:
     script(group.bin / "python-fake", ENGINE.format(before=rank))
     monkeypatch.setattr(worker_body, "WATCH_S", 0.05)
     monkeypatch.setattr(multinode, "POLL_S", 0.05)
-    return group
+    # a node that misses its ending would serve forever: the head ends the deployment after 20 s in any case (the
+    # test's outcome then shows it)
+    watchdog = threading.Timer(20.0, lambda: _head(group).end("watchdog"))
+    watchdog.start()
+    yield group
+    watchdog.cancel()
 
 
 def _head(group: Group) -> Rendezvous:
@@ -110,6 +115,8 @@ def test_a_node_serves_its_rank_pointed_at_the_head_until_the_head_ends_the_depl
     # the rank's own address, as the other ranks reach it: its node's name (scontrol knew no NodeAddr for it)
     assert "# env: VLLM_HOST_IP=node02\n" in argv
     assert node02.state(2).stage == "queued"  # state.json is the head's to write
+    beat = json.loads((node02.point(2).path / "nodes" / "node02.beat").read_text())  # it beat while it served
+    assert (beat["job_id"], beat["node"]) == (JOB, "node02")
 
 
 def test_a_head_that_ended_before_it_published_ends_the_node_without_starting_anything(node02: Group) -> None:
@@ -120,11 +127,7 @@ def test_a_head_that_ended_before_it_published_ends_the_node_without_starting_an
 
 
 def test_a_head_that_never_says_where_it_listens_fails_the_node(node02: Group) -> None:
-    path = node02.point(2).point_json
-    record = json.loads(path.read_text())
-    key = next(k for k in record["serving"] if k.replace("-", "_") == "startup_timeout_s")
-    record["serving"][key] = 1
-    path.write_text(json.dumps(record))
+    node02.startup_timeout(2, 1)
     why = "the head did not say where it listens within 1 s"
     assert node02.run(2) == {node02.ids[2]: f"node02: {why}"}
     assert (_report(node02)["state"], _report(node02)["reason"]) == ("failed", why)
@@ -170,7 +173,7 @@ def test_a_head_whose_task_died_before_it_published_fails_the_node_at_once(
     node02: Group, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The allocation's first node is the head (scontrol expands the node list): its beat gone stale before it said
-    where it listens ends the wait, without the startup timeout (600 s here)."""
+    where it listens ends the wait, without the startup timeout (30 s here)."""
     script(node02.bin / "scontrol", '[ "$1 $2 $3" = "show hostnames node[01-02]" ] && printf "node01\\nnode02\\n"')
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[01-02]")
     beat = node02.point(2).path / "nodes" / "node01.beat"
