@@ -44,9 +44,9 @@ def node02(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Group]:
     script(group.bin / "python-fake", ENGINE.format(before=rank))
     monkeypatch.setattr(worker_body, "WATCH_S", 0.05)
     monkeypatch.setattr(multinode, "POLL_S", 0.05)
-    # a node that misses its ending would serve forever: the head ends the deployment after 20 s in any case (the
-    # test's outcome then shows it)
-    watchdog = threading.Timer(20.0, lambda: _head(group).end("watchdog"))
+    # a node that misses its ending would serve forever: the head ends the deployment after 60 s in any case (the
+    # test's outcome then shows it; 20 s fired under a loaded CI-sized machine before the rank had started)
+    watchdog = threading.Timer(60.0, lambda: _head(group).end("watchdog"))
     watchdog.start()
     yield group
     watchdog.cancel()
@@ -157,6 +157,7 @@ def test_a_signal_ends_the_node_and_says_so(node02: Group) -> None:
     def head() -> None:
         _head(node02).publish_head("node01", HEAD)
         _until(lambda: _running(node02))
+        _until((node02.root / "rank.pid").exists)  # the rank's own first step, after the node says "running"
         os.kill(os.getpid(), signal.SIGTERM)  # scancel
 
     previous = signal.getsignal(signal.SIGTERM)
