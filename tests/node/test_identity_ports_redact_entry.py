@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from slurmx.node import entry, identity
 from slurmx.node import ports as ports_mod
 from slurmx.node.supervisor import JobInterrupted
+from tests.helpers.serving_group import serving_group
 
 SLURM_VARS = ("SLURMD_NODENAME", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID", "SLURM_RESTART_COUNT")
 
@@ -110,47 +110,16 @@ def test_only_the_value_right_after_a_secret_flag_is_hidden() -> None:
     assert redact_argv(["--api-key", "sk-1", "model", "extra"]) == ["--api-key", REDACTED, "model", "extra"]
 
 
-CLUSTERS = """\
-hardware:
-  cluster:local:
-    available-cpu-dram-mib: 16_000
-    gpus-per-node: 8
-    slurm: {{ partition: local, gres-type: b300, features: [b300], mem: 6G, exclusive: false, time-limit-min: 30,
-             share-server: true }}
-    runtime: {{ kind: venv, engine-python: {bin}/python-fake, aiperf-bin: {bin}/aiperf-fake,
-               model-root: {root}/models, hf-home: {root}/hf }}
-"""
-
-
-def queued_sweep(tmp_path: Path) -> tuple[Path, list[str]]:
+def queued_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[str]]:
     """The local key's no-offload points queued in a sweep, served by the project's fake engine and aiperf."""
-    from slurmx.inputs import load_inputs
-    from slurmx.store.ledger import queue_point
-    from slurmx.store.tree import ResultsTree
-    from slurmx.submit.resolved import resolve_points
-
-    root = Path(__file__).resolve().parents[2]
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, target in (("python-fake", "fake_engine.py"), ("aiperf-fake", "fake_aiperf.py")):
-        (bin_dir / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "{root / "tests" / "node" / target}" "$@"\n')
-        (bin_dir / name).chmod(0o755)
-    (tmp_path / "models" / "tiny-llama").mkdir(parents=True)
-    (tmp_path / "models" / "tiny-llama" / "config.json").write_text("{}")
-    clusters = tmp_path / "clusters.yaml"
-    clusters.write_text(CLUSTERS.format(bin=bin_dir, root=tmp_path))
-    inputs = load_inputs([root / "configs" / "local-master.yaml"], clusters, ["tiny-fp32-local-vllm-agentic-lmcache"])
-    items = [item for item in resolve_points(inputs.points, inputs) if item.point.backend_name == "none"]
-    sweep = ResultsTree(tmp_path / "results").sweep("tiny-fp32-local-vllm-agentic-lmcache", "s1")
-    for item in items:
-        queue_point(sweep.point(item.point.point_id), item.record("s1"))
-    return sweep.path, [item.point.point_id for item in items]
+    group = serving_group(tmp_path, monkeypatch)
+    return group.sweep.path, [group.ids[2], group.ids[4]]
 
 
 def test_a_failed_point_fails_the_array_task_in_slurms_eyes(
     own_handlers: None, outside_slurm: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    sweep, ids = queued_sweep(tmp_path)
+    sweep, ids = queued_sweep(tmp_path, outside_slurm)
     outside_slurm.setenv("CUDA_VISIBLE_DEVICES", "")  # Slurm granted no GPU: preflight fails, no server starts
     with pytest.raises(entry.JobFailed) as caught:
         entry.run_job(str(sweep), ids)
@@ -164,7 +133,7 @@ def test_points_a_requeued_job_finished_before_are_done(
     from slurmx.store.state import PointState, update_state
     from slurmx.store.tree import SweepDir
 
-    sweep, ids = queued_sweep(tmp_path)
+    sweep, ids = queued_sweep(tmp_path, outside_slurm)
 
     def done(state: PointState | None) -> PointState:
         assert state is not None

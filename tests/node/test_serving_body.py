@@ -14,93 +14,19 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from slurmx.backends.none import NoOffload
-from slurmx.inputs import load_inputs
-from slurmx.node import serving_body
-from slurmx.node.body import run_points
 from slurmx.node.identity import job_marker
-from slurmx.results.schema import Result
-from slurmx.store.ledger import queue_point
-from slurmx.store.state import PointState, read_state
-from slurmx.store.tree import ResultsTree, SweepDir
-from slurmx.submit.resolved import resolve_points
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-KEY = "tiny-fp32-local-vllm-agentic-lmcache"
-CLUSTERS = """\
-hardware:
-  cluster:local:
-    available-cpu-dram-mib: 16_000
-    gpus-per-node: 8
-    slurm: {{ partition: local, gres-type: b300, features: [b300], mem: 6G, exclusive: false, time-limit-min: 30,
-             share-server: true }}
-    runtime: {{ kind: venv, engine-python: {bin}/python-fake, aiperf-bin: {bin}/aiperf-fake,
-               model-root: {root}/models, hf-home: {root}/hf }}
-"""
-
-
-@dataclass
-class Group:
-    """The no-offload arm's two points (conc 2 and 4) queued in a sweep, sharing one server."""
-
-    root: Path
-    sweep: SweepDir
-    ids: dict[int, str]  # conc -> point id
-
-    def state(self, conc: int) -> PointState:
-        state = read_state(self.sweep.point(self.ids[conc]).state_json)
-        assert state is not None
-        return state
-
-    def stages(self, conc: int) -> list[str]:
-        return [change.stage for change in self.state(conc).history]
-
-    def result(self, conc: int) -> Result | None:
-        path = self.sweep.point(self.ids[conc]).result_json
-        return Result.model_validate_json(path.read_text()) if path.exists() else None
-
-    def resets(self) -> list[str]:
-        path = self.root / "resets"
-        return path.read_text().splitlines() if path.exists() else []
-
-    def run(self) -> dict[str, str]:
-        return run_points(self.sweep, [self.ids[2], self.ids[4]])
-
-
-def _script(path: Path, target: Path) -> None:
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{target}" "$@"\n')
-    path.chmod(0o755)
+from tests.helpers.serving_group import Group, serving_group
 
 
 @pytest.fixture
 def group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Group:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _script(bin_dir / "python-fake", HERE / "fake_engine.py")
-    _script(bin_dir / "aiperf-fake", HERE / "fake_aiperf.py")
-    (tmp_path / "models" / "tiny-llama").mkdir(parents=True)
-    (tmp_path / "models" / "tiny-llama" / "config.json").write_text("{}")  # a model directory is not empty
-    clusters = tmp_path / "clusters.yaml"
-    clusters.write_text(CLUSTERS.format(bin=bin_dir, root=tmp_path))
-    inputs = load_inputs([ROOT / "configs" / "local-master.yaml"], clusters, [KEY])
-    items = [item for item in resolve_points(inputs.points, inputs) if item.point.backend_name == "none"]
-    sweep = ResultsTree(tmp_path / "results").sweep(KEY, "s1")
-    for item in items:
-        queue_point(sweep.point(item.point.point_id), item.record("s1"))
-    monkeypatch.setattr(serving_body, "READY_POLL_S", 0.05)  # the fake engine is up in a blink
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the point's one GPU, as Slurm would set it
-    monkeypatch.setenv("FAKE_ENGINE_DIR", str(tmp_path))
-    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
-        monkeypatch.delenv(name, raising=False)
-    ids = {item.point.conc: item.point.point_id for item in items}
-    assert sorted(ids) == [2, 4]
-    return Group(tmp_path, sweep, ids)  # type: ignore[arg-type]  # conc is an int for single-node points
+    """The no-offload arm's two points (conc 2 and 4) queued in a sweep, sharing one server."""
+    return serving_group(tmp_path, monkeypatch)
 
 
 def _engine_gone(group: Group) -> bool:
