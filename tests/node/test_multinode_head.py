@@ -17,6 +17,7 @@ import pytest
 from slurmx.node import multinode, serving_body
 from slurmx.node.multinode import Rendezvous
 from tests.helpers.serving_group import ENGINE, NODE_TESTS, Group, multinode_point, script
+from tests.helpers.waiting import until
 
 JOB = "local.0"  # outside Slurm, attempt 0: the rendezvous' job id
 KV_LINE = "(EngineCore_DP{rank} pid=4242) INFO [kv_cache_utils.py:1087] GPU KV cache size: 34,816 tokens"
@@ -50,13 +51,6 @@ def _as_node02(group: Group, steps: Callable[[Rendezvous], None]) -> threading.T
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
-
-
-def _until(check: Callable[[], bool], bound_s: float = 30.0) -> None:
-    deadline = time.monotonic() + bound_s
-    while not check():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
 
 
 def _heads_record(group: Group) -> dict[str, object]:
@@ -125,7 +119,7 @@ def test_a_node_that_fails_during_the_replay_fails_the_point_and_keeps_the_parti
 
     def node02(rendezvous: Rendezvous) -> None:
         rendezvous.report("node02", "running")
-        _until((head.root / "replaying").exists)
+        until((head.root / "replaying").exists)
         rendezvous.report("node02", "failed", "engine exited with signal SIGKILL")
 
     thread = _as_node02(head, node02)
@@ -153,9 +147,9 @@ def test_a_head_engine_that_dies_with_a_node_is_blamed_on_the_node_that_says_why
 
     def node02(rendezvous: Rendezvous) -> None:
         rendezvous.report("node02", "running")
-        _until((head.root / "replaying").exists)
+        until((head.root / "replaying").exists)
         engine = Path(f"/proc/{(head.root / 'engine.pid').read_text()}")
-        _until(lambda: not engine.exists())  # reaped: the head saw its engine die and waits for a word
+        until(lambda: not engine.exists())  # reaped: the head saw its engine die and waits for a word
         rendezvous.report("node02", "failed", "engine exited with signal SIGABRT")
 
     thread = _as_node02(head, node02)

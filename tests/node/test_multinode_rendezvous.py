@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from slurmx.engines.base import NodePart
 from slurmx.node.multinode import Rendezvous
 from slurmx.node.recorder import PointFailed
+from tests.helpers.waiting import until
 
 
 def test_the_head_publishes_where_it_listens_and_ends_the_others(tmp_path: Path) -> None:
@@ -68,27 +68,18 @@ def _beating_task(point_dir: Path, node: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code, str(point_dir), node])
 
 
-def _until(check: Callable[[], object], bound_s: float = 10.0) -> object:
-    deadline = time.monotonic() + bound_s
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(0.05)
-    return check()
-
-
 def test_a_node_whose_task_dies_silently_is_named_once_its_heartbeat_is_stale(tmp_path: Path) -> None:
     head = Rendezvous(tmp_path, "7.0", stale_s=2.0)  # 20 beats: a loaded machine's stall is not a death
     head.report("node02", "running")  # what node02 said before its task was SIGKILLed (no "failed" comes)
     task = _beating_task(tmp_path, "node02")
     try:
-        assert _until(lambda: (tmp_path / "nodes" / "node02.beat").exists())
+        assert until(lambda: (tmp_path / "nodes" / "node02.beat").exists())
         time.sleep(2.5)  # longer than stale_s: a beating node is never taken for gone
         assert head.failed_peer() is None
     finally:
         task.kill()
         task.wait()
-    why = _until(head.failed_peer, bound_s=5.0)
+    why = until(head.failed_peer, bound_s=5.0)
     assert isinstance(why, str) and re.fullmatch(r"node02: no heartbeat for \d+ s \(its task is gone\)", why)
     head.report("node02", "ended")  # a node that said it ended is not missed
     assert head.failed_peer() is None
@@ -98,14 +89,14 @@ def test_other_nodes_stop_waiting_for_a_head_that_died(tmp_path: Path) -> None:
     worker = Rendezvous(tmp_path, "7.0", stale_s=2.0)
     task = _beating_task(tmp_path, "node01")
     try:
-        assert _until(lambda: worker.silent("node01") is None and (tmp_path / "nodes" / "node01.beat").exists())
+        assert until(lambda: worker.silent("node01") is None and (tmp_path / "nodes" / "node01.beat").exists())
         worker_head = Rendezvous(tmp_path, "7.0")
         worker_head.publish_head("node01", NodePart(0, "10.0.0.1", 4000, 5000))
         assert worker.head_gone() is None
     finally:
         task.kill()
         task.wait()
-    gone = _until(worker.head_gone, bound_s=5.0)
+    gone = until(worker.head_gone, bound_s=5.0)
     assert isinstance(gone, str) and gone.startswith("node01: no heartbeat for ")
     (tmp_path / "nodes" / "head.json").unlink()  # before the head said where it listens: the wait fails
     with pytest.raises(PointFailed, match=r"^node01: no heartbeat for \d+ s"):

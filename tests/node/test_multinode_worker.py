@@ -23,6 +23,7 @@ from slurmx.node import multinode, worker_body
 from slurmx.node.multinode import Rendezvous
 from slurmx.node.supervisor import JobInterrupted
 from tests.helpers.serving_group import ENGINE, Group, multinode_point, script
+from tests.helpers.waiting import until
 
 JOB = "local.0"  # outside Slurm, attempt 0: the rendezvous' job id
 HEAD = NodePart(0, "127.0.0.1", 4000, 5000)
@@ -66,13 +67,6 @@ def _as_head(steps: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def _until(check: Callable[[], object], bound_s: float = 30.0) -> None:
-    deadline = time.monotonic() + bound_s
-    while not check():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-
-
 def _running(group: Group) -> bool:
     try:
         return bool(_report(group)["state"] == "running")
@@ -91,10 +85,10 @@ def test_a_node_serves_its_rank_pointed_at_the_head_until_the_head_ends_the_depl
     seen: dict[str, Any] = {}
 
     def head() -> None:
-        _until((node02.point(2).path / "nodes" / "node02.json").exists)
+        until((node02.point(2).path / "nodes" / "node02.json").exists)
         seen["first"] = _report(node02)["state"]  # what node02 says before the head has published anything
         _head(node02).publish_head("node01", HEAD)
-        _until(lambda: _running(node02))
+        until(lambda: _running(node02))
         seen["report"] = _report(node02)
         seen["rank"] = int((node02.root / "rank.pid").read_text())
         seen["alive"] = not _gone(seen["rank"])
@@ -156,8 +150,8 @@ def test_a_head_whose_task_died_fails_the_node(node02: Group) -> None:
 def test_a_signal_ends_the_node_and_says_so(node02: Group) -> None:
     def head() -> None:
         _head(node02).publish_head("node01", HEAD)
-        _until(lambda: _running(node02))
-        _until((node02.root / "rank.pid").exists)  # the rank's own first step, after the node says "running"
+        until(lambda: _running(node02))
+        until((node02.root / "rank.pid").exists)  # the rank's own first step, after the node says "running"
         os.kill(os.getpid(), signal.SIGTERM)  # scancel
 
     previous = signal.getsignal(signal.SIGTERM)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from slurmx.node.supervisor import (
     ReadinessTimeout,
     Supervisor,
 )
+from tests.helpers.waiting import until
 
 HERE = Path(__file__).resolve().parent
 PROC_TREE = HERE / "proc_tree.py"
@@ -71,19 +72,11 @@ def blocked_in(pid: int, body: str) -> bool:
     return wchan == "do_wait" if body == "wait" else "nanosleep" in wchan
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        time.sleep(0.02)
-
-
 _spawned: list[int] = []  # tree pids seen by this test, killed at its end even if the marker is broken
 
 
 def tree_pids(pidfile: Path) -> dict[str, list[int] | int | None]:
-    wait_for(pidfile.exists)
+    until(pidfile.exists)
     data: dict[str, list[int] | int | None] = json.loads(pidfile.read_text())
     tree, escapee = data["tree"], data["escapee"]
     _spawned.extend([*(tree if isinstance(tree, list) else []), *([escapee] if isinstance(escapee, int) else [])])
@@ -165,7 +158,7 @@ def test_child_ignoring_sigterm_is_killed_after_grace(tmp_path: Path, marker: st
     )
     with Supervisor(tmp_path, marker, grace_s=0.5) as sup:
         stubborn = sup.start("stubborn", [PY, "-c", ignore_term])
-        wait_for(lambda: "armed" in stubborn.log_path.read_text())
+        until(lambda: "armed" in stubborn.log_path.read_text())
         started = time.monotonic()
     elapsed = time.monotonic() - started
     assert 0.5 <= elapsed < 3.0
@@ -191,7 +184,7 @@ def test_a_process_stopped_by_sigint_outlives_the_job_wide_sigterm(tmp_path: Pat
     # Slurm's scancel sends SIGTERM to every process of the job; aiperf stops gracefully on SIGINT only
     with Supervisor(tmp_path, marker, grace_s=5, report_name="teardown-replay.json") as sup:
         graceful = sup.start("graceful", [PY, "-c", GRACEFUL_ON_INT], stop_signal=signal.SIGINT)
-        wait_for(lambda: "armed" in graceful.log_path.read_text())
+        until(lambda: "armed" in graceful.log_path.read_text())
         for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP):
             os.killpg(graceful.pgid, signum)
         with pytest.raises(subprocess.TimeoutExpired):  # a job-wide signal must not end it
@@ -211,7 +204,7 @@ def test_a_signal_shortens_the_grace_to_what_slurms_killwait_leaves(tmp_path: Pa
     started = 0.0
     with pytest.raises(JobInterrupted), Supervisor(tmp_path, marker, grace_s=30, signal_grace_s=0.5) as sup:
         child = sup.start("stubborn", [PY, "-c", stubborn])
-        wait_for(lambda: "armed" in child.log_path.read_text())
+        until(lambda: "armed" in child.log_path.read_text())
         started = time.monotonic()
         os.kill(os.getpid(), signal.SIGUSR2)  # the handler tears down at once and raises
     assert time.monotonic() - started < 5.0  # not the 30 s grace of an ordinary teardown
@@ -251,7 +244,7 @@ def test_stop_kills_a_group_that_ignores_sigterm_after_the_grace(tmp_path: Path,
     with Supervisor(tmp_path, marker, grace_s=0.3) as sup:
         other = sup.start("other", [PY, "-c", "import time; time.sleep(60)"])
         stubborn = sup.start("stubborn", [PY, "-c", IGNORE_TERM_TREE])
-        wait_for(lambda: "armed" in stubborn.log_path.read_text())
+        until(lambda: "armed" in stubborn.log_path.read_text())
         grandchild = int(stubborn.log_path.read_text().split()[1])
         _spawned.append(grandchild)
         started = time.monotonic()
@@ -270,7 +263,7 @@ CHATTY = "import sys, time; print('hello from child'); print('to stderr', file=s
 def test_logs_are_kept_after_teardown(tmp_path: Path, marker: str) -> None:
     with Supervisor(tmp_path, marker, grace_s=2) as sup:
         chatty = sup.start("chatty", [PY, "-c", CHATTY])
-        wait_for(lambda: "to stderr" in chatty.log_path.read_text())
+        until(lambda: "to stderr" in chatty.log_path.read_text())
     assert chatty.log_path == tmp_path / "logs" / "chatty.log"
     assert {"hello from child", "to stderr"} <= set(chatty.log_path.read_text().splitlines())
 
@@ -304,15 +297,15 @@ def run_signalled_body(
     argv = [PY, str(RUNNER), str(tmp_path), marker, str(free_port()), mode, str(grace_s), body]
     runner = subprocess.Popen(argv)
     try:
-        wait_for(lambda: (tmp_path / "runner-ready").exists() or runner.poll() is not None)
+        until(lambda: (tmp_path / "runner-ready").exists() or runner.poll() is not None)
         tree = tree_pids(tmp_path / "tree.json")["tree"]
         assert isinstance(tree, list) and set(tree) <= marker_pids(marker)
-        wait_for(lambda: blocked_in(runner.pid, body))  # the signal must find the body in its sleep or waitpid
+        until(lambda: blocked_in(runner.pid, body))  # the signal must find the body in its sleep or waitpid
         for n, signum in enumerate(signals):
             os.kill(runner.pid, signum)
             if n + 1 < len(signals):
                 # the next one must land during the teardown this one began: its SIGTERM reached the tree
-                wait_for(lambda: not running(tree[1]))
+                until(lambda: not running(tree[1]))
         code = runner.wait(timeout=15)
     finally:
         if runner.poll() is None:
@@ -342,12 +335,12 @@ def test_a_supervisor_killed_outright_takes_its_children_with_it(tmp_path: Path,
     argv = [PY, str(RUNNER), str(tmp_path), marker, str(free_port()), "stay", "5", "sleep"]
     runner = subprocess.Popen(argv)
     try:
-        wait_for(lambda: (tmp_path / "runner-ready").exists() or runner.poll() is not None)
+        until(lambda: (tmp_path / "runner-ready").exists() or runner.poll() is not None)
         tree = tree_pids(tmp_path / "tree.json")["tree"]
         assert isinstance(tree, list) and running(tree[0])
         runner.kill()
         runner.wait()
-        wait_for(lambda: not running(tree[0]), timeout_s=5.0)  # the direct child: SIGTERM, its stop signal
+        until(lambda: not running(tree[0]), bound_s=5.0)  # the direct child: SIGTERM, its stop signal
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -405,7 +398,7 @@ def test_readiness_fails_fast_with_log_tail_when_process_dies(tmp_path: Path, ma
 def test_readiness_timeout_names_url_and_shows_log_tail(tmp_path: Path, marker: str) -> None:
     with Supervisor(tmp_path, marker, grace_s=2) as sup:
         slow = sup.start("slow", [PY, "-c", "import time; print('still warming up', flush=True); time.sleep(60)"])
-        wait_for(lambda: "warming" in slow.log_path.read_text())
+        until(lambda: "warming" in slow.log_path.read_text())
         url = f"http://127.0.0.1:{free_port()}/health"
         started = time.monotonic()
         with pytest.raises(ReadinessTimeout) as caught:

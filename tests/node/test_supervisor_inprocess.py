@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -29,17 +29,10 @@ from slurmx.node.supervisor import (
     SupervisorError,
     TeardownReport,
 )
+from tests.helpers.waiting import until
 
 PY = sys.executable
 SLEEPER = [PY, "-c", "import time; time.sleep(60)"]
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        time.sleep(0.02)
 
 
 def running(pid: int) -> bool:
@@ -103,7 +96,7 @@ def test_a_signal_during_teardown_is_raised_after_it(
     )
     with pytest.raises(JobInterrupted) as caught, Supervisor(tmp_path, marker, grace_s=5) as sup:
         answering = sup.start("answering", [PY, "-c", child])
-        wait_for(lambda: "armed" in answering.log_path.read_text())
+        until(lambda: "armed" in answering.log_path.read_text())
     assert caught.value.signum == signal.SIGHUP
     report = sup.report
     assert report is not None and report.reason == "normal end"  # the teardown it began ran to its end
@@ -249,7 +242,7 @@ def test_a_group_whose_leader_is_reaped_is_ours_only_by_its_marker(tmp_path: Pat
     with Supervisor(tmp_path, marker, grace_s=1) as sup:
         m = sup.start("leader", [PY, "-c", leader])
         assert sup.wait(m, timeout_s=10) == 0  # reaped: its pgid number is free for reuse
-        wait_for(pidfile.exists)
+        until(pidfile.exists)
         stranger = int(pidfile.read_text())
         try:
             assert os.getpgid(stranger) == m.pgid and running(stranger)
@@ -269,10 +262,10 @@ def test_a_group_with_a_marked_member_is_still_stopped(tmp_path: Path, marker: s
     with Supervisor(tmp_path, marker, grace_s=5) as sup:
         m = sup.start("leader", [PY, "-c", leader])
         assert sup.wait(m, timeout_s=10) == 0
-        wait_for(pidfile.exists)
+        until(pidfile.exists)
         member = int(pidfile.read_text())
         assert sup.stop(m) == "terminated"
-        wait_for(lambda: not running(member))
+        until(lambda: not running(member))
 
 
 # ---- readiness probes against a real server on loopback ------------------------------------------
