@@ -76,7 +76,7 @@ class SrtRecipe:
 def load_recipe(path: Path) -> SrtRecipe:
     if not path.is_file():
         raise ConfigError(path, None, "CONFIG_FILE", "the row's srt-slurm recipe is not in the checkout")
-    data, _ = load_yaml(path)
+    data, _ = load_yaml(path, duplicates="warn")  # srtctl reads it with PyYAML: a repeated key's last value wins
     if not isinstance(data, dict):
         raise ConfigError(path, 1, "", "an srt-slurm recipe is a mapping")
     return SrtRecipe(path, data)
