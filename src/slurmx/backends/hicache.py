@@ -64,6 +64,11 @@ class HiCacheSpec(BackendSpec):
         return (self.size_gb or 0) * GB * self.ranks
 
 
+def _tp(point: Point) -> int:
+    """The TP ranks that each hold a host pool: the point's, or an aggregated multinode point's worker's."""
+    return point.prefill.tp if point.multinode and point.prefill is not None else point.tp
+
+
 def pool_size_gb(budget_gb: int, ranks: int, reserve_gb_per_rank: int, share: Sequence[int]) -> int:
     """Each rank's host pool in whole GB: the budget less the reserve, shared out, rounded down (bash's $((...)))."""
     return max(budget_gb - reserve_gb_per_rank * ranks, 0) * share[0] // (ranks * share[1])
@@ -83,17 +88,17 @@ class HiCache(BaseBackend[HiCacheSpec]):
                 name=self.name, version=version, size_gb=knobs.size_gb_at_conc[point.conc], ranks=point.tp
             )
         if knobs.ratio is not None:
-            return HiCacheSpec(name=self.name, version=version, ratio=knobs.ratio, ranks=point.tp)
+            return HiCacheSpec(name=self.name, version=version, ratio=knobs.ratio, ranks=_tp(point))
         if knobs.size_gb is not None:
             size = knobs.size_gb
         else:
-            size = pool_size_gb(point.total_cpu_dram_gb, point.tp, knobs.reserve_gb_per_rank, knobs.pool_share)
+            size = pool_size_gb(point.total_cpu_dram_gb, _tp(point), knobs.reserve_gb_per_rank, knobs.pool_share)
         if size < 1:
             raise ArmProblem(
                 ("pool-share",),
                 f"{point.exp_name}: a budget of {point.total_cpu_dram_gb} GB leaves no whole GB per rank",
             )
-        return HiCacheSpec(name=self.name, version=version, size_gb=size, ranks=point.tp)
+        return HiCacheSpec(name=self.name, version=version, size_gb=size, ranks=_tp(point))
 
     def refusal(self, engine: Engine) -> str | None:
         if engine.name != ENGINE:

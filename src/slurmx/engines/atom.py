@@ -93,6 +93,7 @@ class Atom:
     image_packages: tuple[str, ...] = ("atom", "aiter")
     image_dirs: tuple[str, ...] = ()
     script_suffix = ""
+    srt_direct_launch: tuple[str, ...] = ()
     loads_connectors = True  # its in-process LMCache tier (CONNECTORS); no vLLM connector class
     # unverified: ATOM's EngineArgs as read (atom/model_engine/arg_utils.py) name no revision flag and no ATOM script
     # pins one; a recipe's model-revision on ATOM is untried

@@ -130,6 +130,9 @@ class Engine(Protocol):
     # what InferenceX's launchers append to this engine's historical script name, the one without the framework
     # (their FRAMEWORK_SUFFIX), tried when no framework-tagged script exists
     script_suffix: str
+    # how srt-slurm's direct frontend (a recipe's frontend.type naming this engine) starts it: program and leading
+    # arguments, the recipe's flags after them (and the model path first where model_flag is None); () for none
+    srt_direct_launch: tuple[str, ...]
     metrics: EngineMetrics
     kv_pool_log: KvPoolLog
     reserved_kv_blocks: int  # blocks of the pool no request ever holds (vLLM's null block), for `slurmx advise`

@@ -91,6 +91,7 @@ class VLLM:
     image_packages: tuple[str, ...] = ("vllm", "aiter")  # aiter: the ROCm images' kernels, beside vllm
     image_dirs: tuple[str, ...] = ()
     script_suffix = ""
+    srt_direct_launch: tuple[str, ...] = ("vllm", "serve")  # srt-slurm PR #278's frontend.type vllm
     loads_connectors = True
     revision_flag = "--revision"
     model_flag: str | None = None  # `vllm serve MODEL`
@@ -109,6 +110,8 @@ class VLLM:
                 flags.append("--enable-expert-parallel")
             if worker.pp > 1:
                 flags += ["--pipeline-parallel-size", str(worker.pp)]
+            if worker.dcp_size > 1:
+                flags += ["--decode-context-parallel-size", str(worker.dcp_size)]
             return flags
         return server_parallel_flags(point.tp, point.ep, point.dp_attn, point.pp, point.dcp_size, point.pcp_size)
 

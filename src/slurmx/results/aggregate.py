@@ -231,7 +231,7 @@ def _with_facts(result: Result, facts: RunFacts) -> Result:
 def engine_of(point: Point) -> Engine:
     """The engine whose declared metric names and log lines the point's artifacts carry: its framework's,
     or the default engine's for a framework slurmx does not serve (an InferenceX row aggregated for parity)."""
-    return engines.REGISTRY.get(point.framework) or engines.default()
+    return engines.REGISTRY.get(point.engine) or engines.default()
 
 
 def _worker_gpus(worker: WorkerSpec) -> int:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from slurmx import engines
+from slurmx import backends, engines
+from slurmx.backends import Backend
 from slurmx.config.clusters import ClusterProfile
+from slurmx.config.srt import named_recipe
 from slurmx.engines import Engine
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
@@ -78,14 +80,21 @@ def point_request(point: Point, profile: ClusterProfile, serving: ServingSpec | 
     )
 
 
-def why_not_runnable(point: Point, profile: ClusterProfile, engine: Engine | None = None) -> str | None:
+def why_not_runnable(
+    point: Point, profile: ClusterProfile, engine: Engine | None = None, backend: Backend[Any] | None = None
+) -> str | None:
     """Why slurmx cannot start this planned point's processes on this hardware, or None. Plan still shows
     its request; render lists it with this reason; submit refuses it."""
     layout = node_layout(point, profile.gpus_per_node)
     if point.multinode and layout.ranks_per_node == 0 and not point.disagg and point.prefill is not None:
         worker = point.prefill
         worker_gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size)
-        engine = engine or engines.get(point.framework)
+        engine = engine or engines.get(point.engine)
+        backend = backend or backends.get(point.backend_name)
+        if backend.rank_span_refusal is not None:  # named by the row's srt-slurm recipe, where it names one
+            named = named_recipe(worker.additional_settings)
+            where = f"{named}: " if named else ""
+            return f"{where}kv-offload-backend {backend.name} over {layout.nodes} nodes: {backend.rank_span_refusal}"
         return engine.rank_span_problem(worker_gpus, profile.gpus_per_node)
     return None
 
@@ -147,7 +156,7 @@ def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved
     for point, parts in zip(points, implemented, strict=True):
         profile = inputs.submittable_profile(point)
         assert profile.slurm is not None
-        why = why_not_runnable(point, profile, parts.engine)
+        why = why_not_runnable(point, profile, parts.engine, parts.backend)
         if why is not None:
             refused.append((point, why))
             continue

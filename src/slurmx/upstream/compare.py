@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmx.config.srt import SrtRecipe
 from slurmx.errors import UserError
 from slurmx.process import Process
 from slurmx.submit.resolved import Resolved
@@ -22,8 +23,15 @@ from slurmx.upstream.facts import (
     upstream_facts,
 )
 from slurmx.upstream.inferencex import LIB, aiperf_revision
-from slurmx.upstream.launcher import LAUNCHER, Launch, launch_facts, sandboxed
-from slurmx.upstream.srt import ENGINE, SrtRecipe, config_file, engine_facts, read_recipe, request_facts
+from slurmx.upstream.launcher import LAUNCHER, Launch, launch_facts, launcher_path, sandboxed
+from slurmx.upstream.srt import (
+    ENGINE,
+    engine_facts,
+    health_window_s,
+    launched_recipe,
+    replay_script,
+    request_facts,
+)
 
 
 @dataclass
@@ -81,7 +89,7 @@ SRT_COMPARED = frozenset({ENGINE, "replay", "provision"})  # the head's engine, 
 def srt_upstream(tree: Path, recipe: SrtRecipe) -> Upstream:
     """The replay's run: benchmark.command's InferenceX script with benchmark.env, its cluster paths in the
     capture's sandbox; the frontend's port is each tool's own (the capture's PORT, as for a script)."""
-    script = recipe.replay_script
+    script = replay_script(recipe)
     if script is None:
         raise UserError(f"{recipe.path}: benchmark.command runs no script of the checkout")
     env = tuple((k, sandboxed(v)) for k, v in recipe.replay_env.items() if k != "PORT")
@@ -102,16 +110,14 @@ def compare_multinode(
 ) -> PointCompare:
     """An aggregated multinode point against the srt-slurm recipe its row names (upstream/srt.py): the head's
     engine flags and env, its readiness window, the replay (benchmark.command, captured), the request."""
-    path = config_file(tree, item.point)
-    if path is None:
-        raise UserError(
-            f"{item.point.config_key} {item.point.exp_name}: the row names no CONFIG_FILE (its srt-slurm recipe)"
-        )
-    recipe = read_recipe(path)
+    assert item.serving is not None
+    with tempfile.TemporaryDirectory(prefix="slurmx-srt-") as work:
+        recipe = launched_recipe(tree, item.point, Path(work))
     upstream = srt_upstream(tree, recipe)
     cap, captured = capture_facts(item, upstream)
     theirs = {k: per_conc_paths(v, item, recipe) for k, v in captured.items() if k[0] in SRT_COMPARED - {ENGINE}}
-    theirs.update(engine_facts(recipe))
+    window = health_window_s(recipe, launcher_path(tree, item.point))
+    theirs.update(engine_facts(recipe, item.serving.implementation.engine, window))
     theirs.update(request_facts(recipe))
     started = processes(item)
     ours = {k: v for k, v in point_facts(item, started, True).items() if k[0] in SRT_COMPARED}

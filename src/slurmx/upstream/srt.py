@@ -12,33 +12,30 @@ replay is `benchmark.command` (benchmarks/multi_node/agentic_srt.sh), run under 
 
 from __future__ import annotations
 
-import functools
+import os
+import re
 import shlex
-from dataclasses import dataclass
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from slurmx.config.yamlfile import load_yaml
-from slurmx.errors import ConfigError
+from slurmx.config.srt import CONFIG_FILE, SrtRecipe, load_recipe, read_recipe, recipe_path
+from slurmx.engines import Engine
+from slurmx.errors import UserError
 from slurmx.plan import Point
 from slurmx.upstream.facts import MODEL_PATH, Facts, argv_facts, env_facts
 from slurmx.upstream.launcher import LAUNCHER, minutes
 
-RECIPES = Path("benchmarks/multi_node/srt-slurm-recipes")
-CONFIG_FILE = "CONFIG_FILE="
 WORKSPACE = "/infmax-workspace"  # where srt-slurm mounts the InferenceX checkout (benchmark.command's paths)
+INJECTOR = Path("runners/inject_synthetic_acceptance.py")  # the launchers' recipe rewrite for SYNTHETIC_ACCEPTANCE
 ENGINE = "engine"  # the slurmx process the aggregated workers are (the head's, compared; every node runs the same)
 
 
 def config_file(tree: Path, point: Point) -> Path | None:
-    """The srt-slurm recipe a multinode point's row names, in DIR (the launcher's `${CONFIG_FILE%%:*}` with
-    `recipes/` read as DIR's srt-slurm-recipes/); None for a row without one."""
-    settings = point.prefill.additional_settings if point.prefill is not None else None
-    for setting in settings or []:
-        if setting.startswith(CONFIG_FILE):
-            path = setting.removeprefix(CONFIG_FILE).split(":", 1)[0]
-            return tree / RECIPES / path.removeprefix("recipes/")
-    return None
+    """The srt-slurm recipe a multinode point's row names, in DIR (config/srt.py's recipe_path)."""
+    return recipe_path(tree, point.prefill.additional_settings if point.prefill is not None else None)
 
 
 def srt_argv(config: dict[str, Any]) -> list[str]:
@@ -55,67 +52,76 @@ def srt_argv(config: dict[str, Any]) -> list[str]:
     return argv
 
 
-@dataclass(frozen=True)
-class SrtRecipe:
-    """One srt-slurm recipe file, read: the parts slurmx has a counterpart of."""
-
-    path: Path
-    data: dict[str, Any]
-
-    def section(self, *keys: str) -> dict[str, Any]:
-        node: Any = self.data
-        for key in keys:
-            node = node.get(key) if isinstance(node, dict) else None
-        return node if isinstance(node, dict) else {}
-
-    @property
-    def backend_type(self) -> str:
-        return str(self.section("backend").get("type", ""))
-
-    @property
-    def engine_config(self) -> dict[str, Any]:
-        """`backend.<type>_config.aggregated`: the aggregated workers' flags."""
-        return self.section("backend", f"{self.backend_type}_config", "aggregated")
-
-    @property
-    def engine_env(self) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self.section("backend", "aggregated_environment").items()}
-
-    @property
-    def replay_env(self) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self.section("benchmark", "env").items()}
-
-    @property
-    def replay_script(self) -> str | None:
-        """The InferenceX script benchmark.command runs, relative to the checkout (None: not one of its own)."""
-        words = shlex.split(str(self.section("benchmark").get("command", "")))
-        script = next((w for w in words if w.startswith(WORKSPACE + "/")), None)
-        return script.removeprefix(WORKSPACE + "/") if script else None
+def replay_script(recipe: SrtRecipe) -> str | None:
+    """The InferenceX script benchmark.command runs, relative to the checkout (None: not one of its own)."""
+    words = shlex.split(str(recipe.section("benchmark").get("command", "")))
+    script = next((w for w in words if w.startswith(WORKSPACE + "/")), None)
+    return script.removeprefix(WORKSPACE + "/") if script else None
 
 
-@functools.cache  # one read per file, not one per point of its row
-def read_recipe(path: Path) -> SrtRecipe:
-    if not path.is_file():
-        raise ConfigError(path, None, "CONFIG_FILE", "the row's srt-slurm recipe is not in the checkout")
-    data, _ = load_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(path, 1, "", "an srt-slurm recipe is a mapping")
-    return SrtRecipe(path, data)
+# a launcher's rewrite of every recipe's health_check before `srtctl apply`: the polls by sed (launch_b200-dgxc.sh,
+# launch_b200-nscale-slurm.sh: `sed -i 's/^  max_attempts: [0-9]*/  max_attempts: 720/'`), or the whole section
+# replaced by printf (launch_h200-dgxc-slurm.sh: `printf '\nhealth_check:\n  max_attempts: 720\n  interval_seconds: 10\n'`)
+_ATTEMPTS_SED = re.compile(r"s/\^  max_attempts: \[0-9\]\*/  max_attempts: (\d+)/")
+_SECTION_PRINTF = re.compile(r"printf '\\nhealth_check:\\n  max_attempts: (\d+)\\n  interval_seconds: (\d+)\\n'")
+SRT_HEALTH_INTERVAL_S = 10  # srt-slurm's health_check.interval_seconds when a recipe gives none
 
 
-# srt-slurm's launcher rewrites every recipe's health_check to 720 polls x 10 s before `srtctl apply`
-# (launch_h200-dgxc-slurm.sh's sed + printf), so the window the engine gets is this, whatever the file says
-LAUNCHER_HEALTH_WINDOW_S = 720 * 10
+def health_window_s(recipe: SrtRecipe, launcher: Path) -> int:
+    """How long srtctl waits for the deployment: the recipe's health_check polls x interval, as the point's launcher
+    rewrites them where it does (its own sed or printf, read from the script)."""
+    check = recipe.section("health_check")
+    attempts, interval = int(check.get("max_attempts", 0)), int(check.get("interval_seconds", SRT_HEALTH_INTERVAL_S))
+    text = launcher.read_text() if launcher.is_file() else ""
+    if (section := _SECTION_PRINTF.search(text)) is not None:
+        attempts, interval = int(section[1]), int(section[2])
+    elif (polls := _ATTEMPTS_SED.search(text)) is not None:
+        attempts = int(polls[1])
+    return attempts * interval
 
 
-def engine_facts(recipe: SrtRecipe) -> Facts:
-    """The aggregated engine as srtctl's direct frontend starts it, `<backend type> serve MODEL` (its executable
-    is named after the backend), with the recipe's flags and env."""
-    facts: Facts = {(ENGINE, "program"): recipe.backend_type}
-    facts.update(argv_facts(ENGINE, ["serve", MODEL_PATH, *srt_argv(recipe.engine_config)], {}))
+def engine_facts(recipe: SrtRecipe, engine: Engine, window_s: int) -> Facts:
+    """The aggregated engine as srtctl's direct frontend starts it (`engine.srt_direct_launch`, the model path first
+    where the engine takes it positionally), with the recipe's flags and env."""
+    program, *head = engine.srt_direct_launch
+    model = [MODEL_PATH] if engine.model_flag is None else []
+    facts: Facts = {(ENGINE, "program"): program}
+    facts.update(argv_facts(ENGINE, [*head, *model, *srt_argv(recipe.engine_config)], {}))
     facts.update(env_facts(ENGINE, recipe.engine_env, {}))
-    facts[(ENGINE, "startup timeout s")] = str(LAUNCHER_HEALTH_WINDOW_S)
+    facts[(ENGINE, "startup timeout s")] = str(window_s)
     return facts
+
+
+def row_env(point: Point) -> dict[str, str]:
+    """The row's additional-settings as the workflow exports them to the launcher (KEY=VALUE), CONFIG_FILE aside."""
+    settings = point.prefill.additional_settings if point.prefill is not None else None
+    pairs = (s.split("=", 1) for s in settings or [] if "=" in s and not s.startswith(CONFIG_FILE))
+    return {k: v for k, v in pairs}
+
+
+def launched_recipe(tree: Path, point: Point, work: Path) -> SrtRecipe:
+    """The point's srt-slurm recipe as its launcher hands it to srtctl: where the row turns SYNTHETIC_ACCEPTANCE on,
+    after InferenceX's own runners/inject_synthetic_acceptance.py (run unchanged on a copy in `work`, with the row's
+    settings, MODEL_PREFIX and FRAMEWORK as the launchers give them) has rewritten it."""
+    path = config_file(tree, point)
+    if path is None:
+        raise UserError(f"{point.config_key} {point.exp_name}: the row names no CONFIG_FILE (its srt-slurm recipe)")
+    recipe = read_recipe(path)
+    env = row_env(point)
+    if env.get("SYNTHETIC_ACCEPTANCE", "false").strip().lower() != "true":
+        return recipe
+    copy = work / path.name
+    shutil.copyfile(path, copy)
+    injector = tree / INJECTOR
+    given = {**env, "MODEL_PREFIX": point.model_prefix, "FRAMEWORK": point.framework}
+    done = subprocess.run(
+        [sys.executable, str(injector), str(copy), point.framework],
+        env={**os.environ, **given}, capture_output=True, text=True, cwd=work, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise UserError(f"{injector}: exit {done.returncode} on {path.name}: {tail[0]}")
+    return SrtRecipe(path, load_recipe(copy).data)
 
 
 def request_facts(recipe: SrtRecipe) -> Facts:
