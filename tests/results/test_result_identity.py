@@ -255,8 +255,8 @@ def test_an_sglang_points_ranks_pool_and_gpus_are_read_by_its_own_names(tmp_path
     (tmp_path / "aiperf" / "server_metrics_export.json").write_text(json.dumps(export))
     log = tmp_path / "server.log"
     log.write_text(
-        "[2026 DP0 TP0 EP0] KV Cache is allocated. #tokens: 4096, K size: 1 GB\n"
-        "[2026 DP1 TP0 EP0] KV Cache is allocated. #tokens: 4096, K size: 1 GB\n"
+        "[2026 DP0 TP0 EP0] max_total_num_tokens=4096, chunked_prefill_size=8192\n"
+        "[2026 DP1 TP0 EP0] max_total_num_tokens=4096, chunked_prefill_size=8192\n"
         "INFO GPU KV cache size: 99 tokens\n"  # vLLM's line: not SGLang's
     )
     telemetry = tmp_path / "telemetry"
