@@ -64,13 +64,14 @@ METRICS = EngineMetrics(
     hit_rate_gauge="sglang:cache_hit_rate",
     cpu_total="sglang:hicache_host_total_tokens",
 )
-# "[... DP0 TP0 EP0] KV Cache is allocated. #tokens: N, ..." (memory_pool.py), one line per TP rank; the DP tag
-# names the data-parallel rank (absent without data-parallel attention)
+# "[... DP0 TP0 EP0] max_total_num_tokens=N, ..." (the scheduler's line, logged by TP rank 0 of each TP group
+# only): one line per DP rank without DP attention; with it, TP rank 0 alone logs its rank's pool and every
+# DP rank has one as large, so a lone line counts dp_size (server_args) times (docs/kv-pool-log.md)
 KV_POOL_LOG = KvPoolLog(
-    marker="KV Cache is allocated",
-    size=r"KV Cache is allocated\.\s*#tokens:\s*(?P<tokens>[\d,]+)",
+    marker="max_total_num_tokens=",
+    size=r"\bmax_total_num_tokens=(?P<tokens>\d+)\b",
     rank=r"\[[^\]]*\b(?P<tag>DP\d+)\b[^\]]*\]",
-    default_rank="DP0",
+    ranks=r"\bdp_size=(?P<ranks>\d+)\b",
 )
 
 # unverified: SGLang pages its KV by --page-size, not --block-size; 16 is what slurmx has always recorded for it

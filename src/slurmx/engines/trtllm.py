@@ -76,7 +76,6 @@ KV_POOL_LOG = KvPoolLog(
     marker="max tokens in paged KV cache",
     size=r"max tokens in paged KV cache \((?P<tokens>[\d,]+)\)",
     rank=r"\[(?P<tag>RANK \d+)\]",
-    default_rank="RANK 0",
 )
 
 

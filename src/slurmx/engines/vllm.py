@@ -50,12 +50,14 @@ METRICS = EngineMetrics(
         "time_cpu_to_gpu": "vllm:kv_offload_time_cpu_to_gpu",
     },
 )
-# "GPU KV cache size: N tokens" ("CPU KV cache size" on the CPU build), tagged by engine core per DP rank
+# "GPU KV cache size: N tokens" ("CPU KV cache size" on the CPU build): logged once by each engine core process
+# (one per DP rank), tagged with its process name; an untagged line is an engine core of its own (an in-process
+# core, a Ray actor), so untagged lines sum (docs/kv-pool-log.md)
 KV_POOL_LOG = KvPoolLog(
     marker="KV cache size",
     size=r"(?:GPU|CPU) KV cache size:\s*(?P<tokens>[\d,]+)\s*tokens",
     rank=r"\((?P<tag>EngineCore(?:_DP\d+)?)\s+pid=\d+\)",
-    default_rank="EngineCore",
+    untagged="sum",
 )
 
 
