@@ -212,6 +212,9 @@ def test_the_request_and_readiness_window_are_the_recipes_allocation(resolved: d
             assert item.request.nodes == resources["agg_nodes"]
             assert item.request.gpus == resources["gpus_per_agg"] // resources["agg_nodes"]
             assert item.request.time_limit_min == _minutes(recipe["slurm"]["time_limit"])
+            directives = recipe.get("sbatch_directives") or {}
+            if "mem" in directives:  # the whole node's memory, as srtctl's sbatch asks it
+                assert item.request.mem == directives["mem"]
             # srtctl's readiness: health_check polls x interval, the polls as the launcher rewrites them (its sed)
             launcher = (TREE / "runners" / _launcher(item.point)).read_text()
             rewritten = re.search(r"s/\^  max_attempts: \[0-9\]\*/  max_attempts: (\d+)/", launcher)
