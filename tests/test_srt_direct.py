@@ -308,3 +308,16 @@ def test_which_engine_a_row_is_served_by(framework: str, frontend: str | None, b
         data["frontend"] = {"type": frontend}
     assert served_framework(framework, SrtRecipe(Path("recipe.yaml"), data)) == engine
     assert served_framework(framework, None) == framework
+
+
+def test_recipes_check_of_a_refused_key_says_it_compared_nothing() -> None:
+    """The Mooncake keys' points are all refused: check names each and exits 2 (incomplete), claiming nothing."""
+    key = "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-tp8pp2"
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmx", "recipes", "check", "--inferencex", str(TREE), key],
+        capture_output=True, text=True, timeout=300, check=False, env=_env(),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "recipes check: nothing compared: every point was skipped (said above)"
+    skipped = proc.stderr.strip().splitlines()
+    assert len(skipped) == 5 and all("kv-offload-backend mooncake over 4 nodes" in line for line in skipped)
