@@ -224,3 +224,36 @@ def test_collect_hints_are_printed_literally(tmp_path: Path) -> None:
     assert "report.html skipped: jinja2 or matplotlib is not installed (pip install 'slurmx[report]')" in proc.stderr
     with_report = slurmx(["collect", "--results", str(tmp_path / "results"), "--no-plots"], tmp_path)
     assert with_report.returncode == 0 and "report: " in with_report.stderr  # the same call with the extra
+
+
+DIRECT_KEYS = {  # Dynamo rows of main whose srt-slurm recipe serves with the engine itself (tests/test_srt_direct.py)
+    "kimik3-fp4-b200-dynamo-vllm-agentic": 6,
+    "qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp": 16,
+    "qwen3.5-fp4-gb300-dynamo-sglang-agentic-agg": 7,
+}
+MOONCAKE_ACROSS_NODES = {  # refused: one Mooncake store for a rank over several nodes, the row's recipe named
+    "kimik3-fp4-b200-dynamo-vllm-agentic-dspark": "recipes/vllm/kimi-k3/agentic/agg-b200-tp8pp2-mooncake-c1-agentic.yaml",
+    "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-tp8pp2": (
+        "recipes/vllm/kimi-k3/agentic/agg-gb200-tp8pp2-mooncake-c16-agentic.yaml"
+    ),
+}
+
+
+@pytest.mark.parametrize("key", sorted(DIRECT_KEYS))
+def test_a_directly_served_dynamo_key_dry_runs_from_a_fresh_directory(fixtures: Path, tmp_path: Path, key: str) -> None:
+    """`slurmx submit --dry-run --inferencex repo-main KEY` as a new user runs it: every point would be submitted."""
+    proc = slurmx(["submit", "--dry-run", "--inferencex", str(fixtures / "repo-main"), key], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("would submit") == DIRECT_KEYS[key], proc.stdout
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize("key", sorted(MOONCAKE_ACROSS_NODES))
+def test_a_mooncake_key_over_several_nodes_is_refused_in_one_line(fixtures: Path, tmp_path: Path, key: str) -> None:
+    proc = slurmx(["submit", "--dry-run", "--inferencex", str(fixtures / "repo-main"), key], tmp_path)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert (
+        line.startswith(f"slurmx: error: {key}: ")
+        and f"{MOONCAKE_ACROSS_NODES[key]}: kv-offload-backend mooncake" in line
+    )

@@ -127,6 +127,22 @@ def test_the_good_recipe_loads(tmp_path: Path) -> None:
     assert file.arms["lmcache"].chunk_size == 1024
 
 
+def test_a_recipe_for_an_engine_slurmx_lacks_is_refused_at_its_match(tmp_path: Path) -> None:
+    """match.engine (the engine a Dynamo key's recipes serve with directly; the framework's own by default) must be a
+    registered engine: refused where the recipe says it, not when a point first resolves."""
+    data = bad()
+    data["match"] = {**data["match"], "framework": "dynamo-vllm", "engine": "dynamo-frontend"}
+    refused(tmp_path, data, "match.engine", "match", "engine", says="no serving engine 'dynamo-frontend'")
+
+
+def test_match_engine_defaults_to_the_framework_and_names_another(tmp_path: Path) -> None:
+    assert load_recipe(write(tmp_path, GOOD)).recipe.match.engine == GOOD["match"]["framework"]
+    data = bad()
+    data["match"] = {**data["match"], "framework": "dynamo-vllm", "engine": "vllm"}
+    match = load_recipe(write(tmp_path, data)).recipe.match
+    assert (match.framework, match.engine) == ("dynamo-vllm", "vllm")
+
+
 # -- 1. no arm silently drops a shared serving flag ------------------------------------------------
 
 

@@ -170,6 +170,8 @@ def verdict(tree: Path, inputs: Inputs, jobs: Path, compared: list[PointCompare]
     summary = (
         f"{len({c.key for c in compared})} keys, {len(compared)} points, {facts} facts compared, "
         f"{len(used)} declared rows used: every difference declared"
+        if compared
+        else "nothing compared: every point was skipped (said above)"
     )
     incomplete = bool(skipped or inputs.errors or not compared or any(" not compared: " in n for n in unlaunched))
     return Verdict(failed + problems, notes, summary, incomplete)

@@ -56,6 +56,13 @@ class Match(_Model):
             return {**data, "engine": data["framework"]}
         return data
 
+    @field_validator("engine")
+    @classmethod
+    def _a_registered_engine(cls, engine: str) -> str:
+        if engine not in engines.REGISTRY:
+            raise ValueError(f"no serving engine {engine!r} in slurmx (have: {', '.join(sorted(engines.REGISTRY))})")
+        return engine
+
     def values(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self.FIELDS)
 

@@ -28,7 +28,7 @@ def _backend(file: RecipeFile, point: Point, backend: Backend[Any]) -> BackendSp
 
 
 def implementation(point: Point) -> Implementation:
-    """The point's engine and backend; a UserError when slurmx has none for its framework, KV-offload backend
+    """The point's engine and backend; a UserError when slurmx has none for its engine (Point.engine), KV-offload backend
     or spec-decoding method, or the backend cannot serve that engine."""
     try:
         engine = engines.get(point.engine)

@@ -233,8 +233,9 @@ def _with_facts(result: Result, facts: RunFacts) -> Result:
 
 
 def engine_of(point: Point) -> Engine:
-    """The engine whose declared metric names and log lines the point's artifacts carry: its framework's,
-    or the default engine's for a framework slurmx does not serve (an InferenceX row aggregated for parity)."""
+    """The engine whose declared metric names and log lines the point's artifacts carry: the point's engine's
+    (its framework's, or the engine its srt-slurm recipe serves with directly), or the default engine's for a
+    framework slurmx does not serve (an InferenceX row aggregated for parity)."""
     return engines.REGISTRY.get(point.engine) or engines.default()
 
 

@@ -124,7 +124,9 @@ def compare_multinode(
     head = next(p for p in started if p.name == ENGINE)
     ours[(ENGINE, "startup timeout s")] = str(int(head.ready_timeout_s))
     request = slurmx_launch_facts(item, {})
-    ours.update({k: v for k, v in request.items() if k[0] == LAUNCHER and k[1] in SRT_REQUEST})
+    # the request items srtctl's sbatch is known to carry: SRT_REQUEST's, and the #SBATCH lines the recipe names
+    asked = SRT_REQUEST | {k[1] for k in theirs if k[0] == LAUNCHER}
+    ours.update({k: v for k, v in request.items() if k[0] == LAUNCHER and k[1] in asked})
     ours[(LAUNCHER, "container image")] = item.point.image
     return PointCompare(key, item, cap, theirs, ours, differences(theirs, ours))
 

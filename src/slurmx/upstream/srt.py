@@ -124,6 +124,9 @@ def launched_recipe(tree: Path, point: Point, work: Path) -> SrtRecipe:
     return SrtRecipe(path, load_recipe(copy).data)
 
 
+SBATCH_COMPARED = ("mem", "cpus-per-task")
+
+
 def request_facts(recipe: SrtRecipe) -> Facts:
     """The allocation the recipe asks srtctl for: its time limit, nodes and GPUs per node."""
     facts: Facts = {}
@@ -135,6 +138,10 @@ def request_facts(recipe: SrtRecipe) -> Facts:
         facts[(LAUNCHER, "slurm --nodes")] = str(resources["agg_nodes"])
     if "gpus_per_node" in resources:  # the launcher's srtslurm.yaml: use_gpus_per_node_directive: true
         facts[(LAUNCHER, "slurm --gpus-per-node")] = str(resources["gpus_per_node"])
+    directives = recipe.section("sbatch_directives")
+    for name in SBATCH_COMPARED:  # the recipe's own #SBATCH lines that a Slurm request of slurmx's has too
+        if name in directives:
+            facts[(LAUNCHER, f"slurm --{name}")] = str(directives[name])
     image = recipe.section("model").get("container")
     if image is not None:
         facts[(LAUNCHER, "container image")] = str(image)
