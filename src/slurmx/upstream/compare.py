@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmx.config.srt import SrtRecipe, read_recipe
 from slurmx.errors import UserError
 from slurmx.process import Process
 from slurmx.submit.resolved import Resolved
@@ -23,7 +24,7 @@ from slurmx.upstream.facts import (
 )
 from slurmx.upstream.inferencex import LIB, aiperf_revision
 from slurmx.upstream.launcher import LAUNCHER, Launch, launch_facts, sandboxed
-from slurmx.upstream.srt import ENGINE, SrtRecipe, config_file, engine_facts, read_recipe, request_facts
+from slurmx.upstream.srt import ENGINE, config_file, engine_facts, replay_script, request_facts
 
 
 @dataclass
@@ -81,7 +82,7 @@ SRT_COMPARED = frozenset({ENGINE, "replay", "provision"})  # the head's engine, 
 def srt_upstream(tree: Path, recipe: SrtRecipe) -> Upstream:
     """The replay's run: benchmark.command's InferenceX script with benchmark.env, its cluster paths in the
     capture's sandbox; the frontend's port is each tool's own (the capture's PORT, as for a script)."""
-    script = recipe.replay_script
+    script = replay_script(recipe)
     if script is None:
         raise UserError(f"{recipe.path}: benchmark.command runs no script of the checkout")
     env = tuple((k, sandboxed(v)) for k, v in recipe.replay_env.items() if k != "PORT")

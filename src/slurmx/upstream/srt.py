@@ -12,100 +12,28 @@ replay is `benchmark.command` (benchmarks/multi_node/agentic_srt.sh), run under 
 
 from __future__ import annotations
 
-import functools
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from slurmx.config.yamlfile import load_yaml
-from slurmx.errors import ConfigError
+from slurmx.config.srt import LAUNCHER_HEALTH_WINDOW_S, SrtRecipe, recipe_path, srt_argv
 from slurmx.plan import Point
 from slurmx.upstream.facts import MODEL_PATH, Facts, argv_facts, env_facts
 from slurmx.upstream.launcher import LAUNCHER, minutes
 
-RECIPES = Path("benchmarks/multi_node/srt-slurm-recipes")
-CONFIG_FILE = "CONFIG_FILE="
 WORKSPACE = "/infmax-workspace"  # where srt-slurm mounts the InferenceX checkout (benchmark.command's paths)
 ENGINE = "engine"  # the slurmx process the aggregated workers are (the head's, compared; every node runs the same)
 
 
 def config_file(tree: Path, point: Point) -> Path | None:
-    """The srt-slurm recipe a multinode point's row names, in DIR (the launcher's `${CONFIG_FILE%%:*}` with
-    `recipes/` read as DIR's srt-slurm-recipes/); None for a row without one."""
-    settings = point.prefill.additional_settings if point.prefill is not None else None
-    for setting in settings or []:
-        if setting.startswith(CONFIG_FILE):
-            path = setting.removeprefix(CONFIG_FILE).split(":", 1)[0]
-            return tree / RECIPES / path.removeprefix("recipes/")
-    return None
+    """The srt-slurm recipe a multinode point's row names, in DIR; None for a row without one."""
+    return recipe_path(tree, point.prefill.additional_settings if point.prefill is not None else None)
 
 
-def srt_argv(config: dict[str, Any]) -> list[str]:
-    """srt-slurm's rendering of a vllm_config mapping into flags (the module docstring's convention)."""
-    argv: list[str] = []
-    for key in sorted(config):
-        flag, value = "--" + str(key).replace("_", "-"), config[key]
-        if isinstance(value, bool):
-            argv += [flag] if value else []
-        elif isinstance(value, list):
-            argv += [flag, *(str(v) for v in value)]
-        elif value is not None:
-            argv += [flag, str(value)]
-    return argv
-
-
-@dataclass(frozen=True)
-class SrtRecipe:
-    """One srt-slurm recipe file, read: the parts slurmx has a counterpart of."""
-
-    path: Path
-    data: dict[str, Any]
-
-    def section(self, *keys: str) -> dict[str, Any]:
-        node: Any = self.data
-        for key in keys:
-            node = node.get(key) if isinstance(node, dict) else None
-        return node if isinstance(node, dict) else {}
-
-    @property
-    def backend_type(self) -> str:
-        return str(self.section("backend").get("type", ""))
-
-    @property
-    def engine_config(self) -> dict[str, Any]:
-        """`backend.<type>_config.aggregated`: the aggregated workers' flags."""
-        return self.section("backend", f"{self.backend_type}_config", "aggregated")
-
-    @property
-    def engine_env(self) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self.section("backend", "aggregated_environment").items()}
-
-    @property
-    def replay_env(self) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self.section("benchmark", "env").items()}
-
-    @property
-    def replay_script(self) -> str | None:
-        """The InferenceX script benchmark.command runs, relative to the checkout (None: not one of its own)."""
-        words = shlex.split(str(self.section("benchmark").get("command", "")))
-        script = next((w for w in words if w.startswith(WORKSPACE + "/")), None)
-        return script.removeprefix(WORKSPACE + "/") if script else None
-
-
-@functools.cache  # one read per file, not one per point of its row
-def read_recipe(path: Path) -> SrtRecipe:
-    if not path.is_file():
-        raise ConfigError(path, None, "CONFIG_FILE", "the row's srt-slurm recipe is not in the checkout")
-    data, _ = load_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(path, 1, "", "an srt-slurm recipe is a mapping")
-    return SrtRecipe(path, data)
-
-
-# srt-slurm's launcher rewrites every recipe's health_check to 720 polls x 10 s before `srtctl apply`
-# (launch_h200-dgxc-slurm.sh's sed + printf), so the window the engine gets is this, whatever the file says
-LAUNCHER_HEALTH_WINDOW_S = 720 * 10
+def replay_script(recipe: SrtRecipe) -> str | None:
+    """The InferenceX script benchmark.command runs, relative to the checkout (None: not one of its own)."""
+    words = shlex.split(str(recipe.section("benchmark").get("command", "")))
+    script = next((w for w in words if w.startswith(WORKSPACE + "/")), None)
+    return script.removeprefix(WORKSPACE + "/") if script else None
 
 
 def engine_facts(recipe: SrtRecipe) -> Facts:
