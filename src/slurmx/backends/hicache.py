@@ -24,6 +24,7 @@ from slurmx.process import ServerPorts
 
 NAME = "hicache"  # the master config's kv-offload-backend name, and what the SGLang engine reads back
 ENGINE = "sglang"
+ENGINES = (ENGINE, "dynamo-sglang")  # SGLang itself, or as Dynamo's worker
 SIZE, RATIO = "hicache-size", "hicache-ratio"  # the engine's settings (its flags without the dashes)
 # the host pool's occupancy gauges SGLang exports with --enable-metrics
 HOST_GAUGES = {
@@ -96,7 +97,7 @@ class HiCache(BaseBackend[HiCacheSpec]):
         return HiCacheSpec(name=self.name, version=version, size_gb=size, ranks=point.tp)
 
     def refusal(self, engine: Engine) -> str | None:
-        if engine.name != ENGINE:
+        if engine.name not in ENGINES:
             return f"kv-offload-backend {self.name} is SGLang's own host tier: engine {engine.name} has none"
         return None
 

@@ -90,7 +90,7 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         )  # fmt: skip
 
     def refusal(self, engine: Engine) -> str | None:
-        if engine.name != "vllm":  # the connector is part of vLLM itself
+        if engine.name not in ("vllm", "dynamo-vllm"):  # the connector is part of vLLM itself (or as Dynamo's worker)
             return f"kv-offload-backend {self.name} is vLLM's own CPU offload: engine {engine.name} has none"
         return None
 

@@ -10,6 +10,7 @@ from its file, `upstream/srt.py` turns a file into the facts `recipes check` com
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,19 @@ CONFIG_FILE = "CONFIG_FILE="
 # (launch_h200-dgxc-slurm.sh's sed + printf), so the window the engine gets is this, whatever the file says
 LAUNCHER_HEALTH_WINDOW_S = 720 * 10
 DYNAMO_FRONTEND = "dynamo"  # frontend.type of Dynamo's own frontend (srt-slurm's default)
+
+
+def minutes(value: str) -> str:
+    """Slurm's time forms (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) as minutes; anything else as written."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value)
+    if not match:
+        return value
+    days, first, second, third = match.groups()
+    if days is None and third is None:  # M or M:S
+        total = int(first) + (int(second) if second else 0) / 60
+    else:  # H:M:S, D-H, D-H:M, D-H:M:S
+        total = int(days or 0) * 1440 + int(first) * 60 + int(second or 0) + int(third or 0) / 60
+    return str(int(total)) if total == int(total) else f"{total:g}"
 
 
 def recipe_path(tree: Path, settings: list[str] | None) -> Path | None:

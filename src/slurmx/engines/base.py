@@ -106,8 +106,22 @@ class RecipeProblem:
     message: str
 
 
+@dataclass(frozen=True)
+class Frontend:
+    """The OpenAI frontend of its own process in front of an engine's workers (Dynamo's): how it starts, the flags
+    naming its listening host and port, and its readiness path. The engine's own port is then its worker's."""
+
+    launcher: tuple[str, ...]
+    host_flag: str
+    port_flag: str
+    health_path: str
+    startup_timeout_s: int
+
+
 class Engine(Protocol):
     name: str  # the master config's `framework`
+    # a frontend process the engine's workers serve behind (None: the engine serves the OpenAI API itself)
+    frontend: Frontend | None
     # Flags the engine module computes from the point or the node; a recipe that set one would put it twice.
     computed_flags: frozenset[str]
     metrics_path: str
@@ -223,6 +237,14 @@ class Engine(Protocol):
 
     def node_env(self, part: NodePart) -> dict[str, str]:
         """`part`'s env: the address the engine advertises to the other nodes."""
+        ...
+
+    def port_env(self, port: int) -> dict[str, str]:
+        """Env naming the engine's own port, where it reads it so (Dynamo's worker: its system port); {} else."""
+        ...
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        """Env the engine and its frontend share to find each other, under the point's directory `run_dir`."""
         ...
 
     def local_rendezvous_flags(self, argv: list[str], port: int) -> list[str]:

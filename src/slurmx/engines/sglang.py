@@ -13,8 +13,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import slurmx.engines.dynamo as dynamo
 from slurmx.engines.base import (
     EngineMetrics,
+    Frontend,
     KvOffload,
     KvPoolLog,
     NodePart,
@@ -85,6 +87,7 @@ class SGLang:
     })  # fmt: skip
     metrics_path = "/metrics"
     health_path = "/health"  # benchmark_lib.sh's wait_for_server_ready polls it
+    frontend: Frontend | None = None  # it serves the OpenAI API itself
     distributions: tuple[str, ...] = ("sglang", "sgl-kernel", "torch", "flashinfer-python", "sglang-router")
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
@@ -184,6 +187,12 @@ class SGLang:
     def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
         raise NotImplementedError("slurmx runs SGLang on one node only")
 
+    def port_env(self, port: int) -> dict[str, str]:
+        return {}  # its port is a flag
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return {}
+
     def node_env(self, part: NodePart) -> dict[str, str]:
         return {}
 
@@ -204,3 +213,35 @@ class SGLang:
 
 
 ENGINE = SGLang()
+
+
+class DynamoSGLang(SGLang):
+    """SGLang's engine as Dynamo's aggregated worker (`python3 -m dynamo.sglang`: SGLang's own server flags, its
+    metrics on Dynamo's system port) behind Dynamo's frontend (engines/dynamo.py). A row of framework dynamo-sglang
+    whose srt-slurm recipe has frontend.type dynamo (recipes/srt.py serves it from that file)."""
+
+    name = "dynamo-sglang"
+    frontend: Frontend | None = dynamo.FRONTEND
+    distributions: tuple[str, ...] = ("sglang", "sgl-kernel", "ai-dynamo", "ai-dynamo-runtime", "torch")
+    upstream_programs: Mapping[str, str] = MappingProxyType({
+        "python3 -m dynamo.sglang": "engine", "python3 -m dynamo.frontend": "router",
+    })  # fmt: skip
+
+    def argv(
+        self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
+        flags: list[str],
+    ) -> list[str]:  # fmt: skip
+        # no host or port: the frontend serves the API; the worker's own port is its system port (port_env)
+        return [*head, model_flag or "--model-path", model, "--served-model-name", served_model_name, *flags]
+
+    def port_env(self, port: int) -> dict[str, str]:
+        return dynamo.port_env(port)
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return dynamo.deployment_env(run_dir)
+
+    def cache_reset_path(self) -> str | None:
+        return None  # the worker's reset (clear_kv_blocks) is a Dynamo endpoint, not HTTP on its system port
+
+
+DYNAMO_ENGINE = DynamoSGLang()

@@ -23,6 +23,7 @@ import yaml
 
 from slurmx.engines.base import (
     EngineMetrics,
+    Frontend,
     KvOffload,
     KvPoolLog,
     NodePart,
@@ -94,6 +95,7 @@ class TrtLlm:
     })  # fmt: skip
     metrics_path = "/prometheus/metrics"
     health_path = "/health"  # benchmark_lib.sh's wait_for_server_ready polls it
+    frontend: Frontend | None = None  # it serves the OpenAI API itself
     distributions: tuple[str, ...] = ("tensorrt_llm", "tensorrt", "torch", "flashinfer-python")
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
@@ -203,6 +205,12 @@ class TrtLlm:
 
     def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
         raise NotImplementedError("slurmx runs TRT-LLM on one node only")
+
+    def port_env(self, port: int) -> dict[str, str]:
+        return {}  # its port is a flag
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return {}
 
     def node_env(self, part: NodePart) -> dict[str, str]:
         return {}

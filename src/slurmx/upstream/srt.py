@@ -15,10 +15,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from slurmx.config.srt import LAUNCHER_HEALTH_WINDOW_S, SrtRecipe, recipe_path, srt_argv
+from slurmx.config.srt import LAUNCHER_HEALTH_WINDOW_S, SrtRecipe, minutes, recipe_path, srt_argv
 from slurmx.plan import Point
 from slurmx.upstream.facts import MODEL_PATH, Facts, argv_facts, env_facts
-from slurmx.upstream.launcher import LAUNCHER, minutes
+from slurmx.upstream.launcher import LAUNCHER
 
 WORKSPACE = "/infmax-workspace"  # where srt-slurm mounts the InferenceX checkout (benchmark.command's paths)
 ENGINE = "engine"  # the slurmx process the aggregated workers are (the head's, compared; every node runs the same)
