@@ -129,6 +129,9 @@ class Atom:
         block = flags.get("--block-size")
         return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
 
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        raise NotImplementedError(f"{self.name} is not served from srt-slurm recipes")
+
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         return None  # sized from free memory at start: only its log line knows
 

@@ -173,6 +173,11 @@ class Engine(Protocol):
         a recipe's engine block-size, which the backends' chunk checks read."""
         ...
 
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        """(GPUs of one data-parallel rank, data-parallel ranks) of an engine run with `flags` as they stand (an
+        srt-slurm recipe's own parallelism, which lays its points out over nodes)."""
+        ...
+
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         """The KV pool in tokens (what its pool-size log line will say) that `argv` fixes, or None where the engine
         sizes it from free memory at start (then only its log knows)."""

@@ -134,6 +134,11 @@ class SGLang:
         block = flags.get("--block-size")
         return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
 
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        """One server of --tp GPUs (data-parallel attention splits its attention within them, --dp)."""
+        tp = next((flags[name] for name in PARALLEL_ALIASES[:3] if name in flags), 1)
+        return (int(tp) if isinstance(tp, int | str) and str(tp).isdigit() else 1), 1
+
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         """--max-total-tokens; else sized from --mem-fraction-static at start."""
         tokens = argv_value(argv, "--max-total-tokens")

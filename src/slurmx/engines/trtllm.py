@@ -136,6 +136,9 @@ class TrtLlm:
         block = kv.get(TOKENS_PER_BLOCK) if isinstance(kv, dict) else None
         return block if isinstance(block, int) else DEFAULT_TOKENS_PER_BLOCK
 
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        raise NotImplementedError(f"{self.name} is not served from srt-slurm recipes")
+
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         return None  # sized from free memory at start: only its log line knows
 

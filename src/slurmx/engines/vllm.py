@@ -129,6 +129,12 @@ class VLLM:
         block = flags.get("--block-size")
         return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
 
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        """A rank is its tensor x pipeline x prefill-context-parallel group (decode context parallelism splits the
+        tensor-parallel group); ranks: --data-parallel-size."""
+        rank = _size(flags, "--tensor-parallel-size") * _size(flags, "--pipeline-parallel-size")
+        return rank * _size(flags, "--prefill-context-parallel-size"), _size(flags, "--data-parallel-size")
+
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         """--num-gpu-blocks-override blocks of the block size; else sized from --gpu-memory-utilization at start."""
         blocks = argv_value(argv, "--num-gpu-blocks-override")
@@ -250,6 +256,11 @@ class VLLM:
 
 
 ENGINE = VLLM()
+
+
+def _size(flags: Flags, flag: str) -> int:
+    value = flags.get(flag, 1)
+    return int(value) if isinstance(value, int | str) and str(value).isdigit() else 1
 
 
 def transfer_config(offload: KvOffload) -> dict[str, Any]:

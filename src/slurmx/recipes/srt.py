@@ -15,7 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from slurmx.backends import ArmProblem
+from pydantic import ValidationError
+
+from slurmx.backends import ArmProblem, BackendSpec
 from slurmx.config.srt import (
     DYNAMO_FRONTEND,
     LAUNCHER_HEALTH_WINDOW_S,
@@ -26,10 +28,11 @@ from slurmx.config.srt import (
     srt_argv,
 )
 from slurmx.digest import file_digest
-from slurmx.engines import Engine, RecipeSizing
+from slurmx.engines import Engine
 from slurmx.errors import UserError
 from slurmx.flags import Flags, FlagValue
 from slurmx.plan import NodeLayout, Point
+from slurmx.process import ServerPorts
 from slurmx.recipes.model import Replay
 from slurmx.recipes.spec import Implementation, RouterSpec, ServingSpec
 
@@ -56,6 +59,12 @@ def srt_recipe(tree: Path | None, point: Point) -> SrtRecipe:
     return read_recipe(path)
 
 
+def named_recipe(tree: Path, point: Point) -> SrtRecipe | None:
+    """The recipe the row names, None where it names none; SrtRefused when the checkout lacks the file it names."""
+    settings = point.prefill.additional_settings if point.prefill is not None else None
+    return srt_recipe(tree, point) if recipe_path(tree, settings) is not None else None
+
+
 def _typed(value: Any) -> FlagValue:
     """A flag's value as slurmx's flags hold it: a JSON object or list given as a string (srt-slurm's way of
     writing --kv-transfer-config) read as one, so an engine can read its connector from it."""
@@ -73,53 +82,101 @@ def flag_of(key: str) -> str:
 
 
 def refusals(recipe: SrtRecipe, point: Point, engine: Engine) -> list[str]:
-    """Why this file cannot serve this point in slurmx, each `file:line: field: why` (empty: it can)."""
+    """Why this file cannot serve this point in slurmx, each `file:line: field: why` (empty: it can, its KV offload
+    aside: `offload_spec`)."""
     found = []
     if recipe.frontend_type != DYNAMO_FRONTEND:
         found.append(f"{recipe.where('frontend', 'type')}: {recipe.frontend_type}: served by the engine itself, not "
                      f"by Dynamo's frontend ({engine.name} runs its worker behind Dynamo's)")  # fmt: skip
     if point.spec_decoding not in engine.spec_methods:
         found.append(f"{point.config_key}: spec-decoding {point.spec_decoding}: not served by {engine.name}")
-    config = recipe.engine_config
-    if not config:
+    if not recipe.engine_config:
         found.append(f"{recipe.where('backend', recipe.config_key)}: no aggregated worker flags")
-    typed = {flag_of(k): _typed(v) for k, v in config.items()}
-    offload = engine.offload_in(typed)
-    if offload is not None and point.backend_name == "none":
-        key = next(k for k in config if flag_of(k) in typed and engine.offload_in({flag_of(k): typed[flag_of(k)]}))
-        found.append(
-            f"{recipe.where('backend', recipe.config_key, 'aggregated', key)}: KV offload "
-            f"{offload.get('kv_connector')} on a point whose row asks for none"
-        )
-    elif offload is not None or point.backend_name != "none":
-        found.append(_offload_refusal(recipe, point, offload, config, typed, engine))
     return found
 
 
-def _offload_refusal(
-    recipe: SrtRecipe, point: Point, offload: dict[str, Any] | None, config: dict[str, Any], typed: Flags,
-    engine: Engine,
-) -> str:  # fmt: skip
-    """The file's KV offload, which slurmx does not map onto its backend yet: named, never dropped."""
+def _offload_where(recipe: SrtRecipe, engine: Engine, typed: Flags) -> str:
+    """`file:line: field` of the worker flag that carries the file's KV offload (its section where none does)."""
+    for key in recipe.engine_config:
+        flag = flag_of(str(key))
+        if engine.offload_in({flag: typed[flag]}) is not None:
+            return recipe.where("backend", recipe.config_key, "aggregated", str(key))
+    return recipe.where("backend", recipe.config_key, "aggregated")
+
+
+def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, typed: Flags) -> BackendSpec:
+    """The point's KV-offload backend sized as the file configures it: the backend's own knobs rebuilt from the file's
+    offload settings (`knobs_from_connector`, what `recipes import` does with a script's), then sized for the point.
+    The row and the file must name the same tier; one the backend cannot rebuild is refused, naming the field."""
+    engine, backend = implemented.engine, implemented.backend
+    offload = engine.offload_in(typed)
+    where = _offload_where(recipe, engine, typed)
     if offload is None:
-        where = recipe.where("backend", recipe.config_key, "aggregated")
-        return f"{where}: the row asks for kv-offload backend {point.backend_name}; the file configures none"
-    key = next((k for k in config if engine.offload_in({flag_of(k): typed[flag_of(k)]}) is not None), None)
-    where = recipe.where("backend", recipe.config_key, "aggregated", *([key] if key else []))
-    return (
-        f"{where}: KV offload {offload.get('kv_connector')} (the row's backend {point.backend_name}): not mapped "
-        "onto slurmx's backend for srt-slurm recipes yet"
-    )
+        arm = backend.arm_model()
+        if point.backend_name != "none":
+            raise SrtRefused(
+                f"{where}: the row asks for kv-offload backend {point.backend_name}; the file configures none"
+            )
+    else:
+        connector = offload.get("kv_connector")
+        if point.backend_name == "none":
+            raise SrtRefused(f"{where}: KV offload {connector} on a point whose row asks for none")
+        if backend.connector is not None and connector != backend.connector:
+            raise SrtRefused(
+                f"{where}: KV offload {connector}; the row's backend {point.backend_name} is {backend.connector}"
+            )
+        try:
+            arm = backend.arm_model.model_validate(backend.knobs_from_connector([offload], [point]))
+        except (ValueError, ValidationError) as why:
+            reason = str(why).splitlines()[0]
+            raise SrtRefused(
+                f"{where}: KV offload {connector} as kv-offload backend {point.backend_name}: {reason}"
+            ) from None
+    try:
+        spec: BackendSpec = backend.spec(arm, point)
+    except ArmProblem as problem:
+        raise SrtRefused(f"{where}: kv-offload backend {point.backend_name}: {problem.message}") from None
+    return spec
 
 
-def _worker_flags(recipe: SrtRecipe, point: Point, engine: Engine) -> tuple[list[str], str | None]:
-    """The file's worker flags without the ones slurmx computes (parallelism from the row, the served name in the
-    argv), then the engine's parallel flags for the point; and the served name the file gives."""
+def offload_flags(implemented: Implementation, spec: BackendSpec) -> frozenset[str]:
+    """The worker flags the backend's connector becomes (the engine shapes them): the file's own are left out."""
+    offload = implemented.backend.offload(spec, ServerPorts(engine=0), implemented.engine.name)
+    if offload is None:
+        return frozenset()
+    flags, _ = implemented.engine.offload_args(offload)
+    return frozenset(f for f in flags if f.startswith("--"))
+
+
+def _worker_flags(recipe: SrtRecipe, offloaded: frozenset[str]) -> tuple[list[str], str | None]:
+    """The file's worker flags as srtctl renders them, its own parallelism included (srtctl runs exactly it; the
+    row's numbers are InferenceX's labels for it), without the served name (the worker's argv names it) and the
+    offload flags the backend gives; and that name."""
     config = recipe.engine_config
-    computed = engine.computed_for(RecipeSizing(block_size=0)) | {SERVED_NAME}
-    kept = {k: v for k, v in config.items() if flag_of(str(k)) not in computed}
+    kept = {k: v for k, v in config.items() if flag_of(str(k)) not in offloaded | {SERVED_NAME}}
     served = config.get(SERVED_NAME.removeprefix("--"))
-    return srt_argv(kept) + engine.parallel_flags(point), str(served) if served is not None else None
+    return srt_argv(kept), str(served) if served is not None else None
+
+
+def _layout(recipe: SrtRecipe, layout: NodeLayout, engine: Engine, typed: Flags) -> NodeLayout:
+    """The nodes and GPUs per node the file asks srtctl for (`resources.agg_nodes`, `resources.gpus_per_node`; the
+    row's layout where it names none), with the file's own ranks on them: its data-parallel ranks of its rank size
+    per node, or one rank over whole nodes. A file whose ranks do not fill exactly those GPUs is refused."""
+    resources = recipe.section("resources")
+    nodes = resources.get("agg_nodes", layout.nodes)
+    per_node = resources.get("gpus_per_node", layout.gpus_per_node)
+    if not (isinstance(nodes, int) and isinstance(per_node, int) and nodes > 0 and per_node > 0):
+        raise SrtRefused(f"{recipe.where('resources')}: agg_nodes and gpus_per_node are whole numbers")
+    rank, ranks = engine.rank_gpus(typed)
+    if rank * ranks != nodes * per_node:
+        raise SrtRefused(
+            f"{recipe.where('backend', recipe.config_key, 'aggregated')}: runs {ranks} data-parallel rank(s) of "
+            f"{rank} GPU(s), not the {nodes} node(s) x {per_node} GPU(s) of its resources"
+        )
+    if rank > per_node and rank % per_node:
+        raise SrtRefused(f"{recipe.where('resources', 'gpus_per_node')}: a rank of {rank} GPUs does not fill whole "
+                         f"{per_node}-GPU nodes")  # fmt: skip
+    return NodeLayout(nodes, per_node, per_node // rank if rank <= per_node else 0, ranks)
 
 
 def _frontend(recipe: SrtRecipe, point: Point, engine: Engine) -> RouterSpec:
@@ -151,13 +208,10 @@ def srt_serving(tree: Path | None, point: Point, layout: NodeLayout, implemented
     problems = refusals(recipe, point, engine)
     if problems:
         raise SrtRefused(problems[0])
-    backend = implemented.backend
-    try:
-        backend_spec = backend.spec(backend.arm_model(), point)
-    except ArmProblem as problem:
-        raise SrtRefused(f"{recipe.path}: {point.backend_name}: {problem.message}") from None
-    flags, served = _worker_flags(recipe, point, engine)
     typed = {flag_of(k): _typed(v) for k, v in recipe.engine_config.items()}
+    backend_spec = offload_spec(recipe, point, implemented, typed)
+    flags, served = _worker_flags(recipe, offload_flags(implemented, backend_spec))
+    layout = _layout(recipe, layout, engine, typed)
     revision = recipe.section("identity", "model").get("revision")
     limit = recipe.section("slurm").get("time_limit")
     env = recipe.engine_env

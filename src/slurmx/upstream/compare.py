@@ -24,7 +24,15 @@ from slurmx.upstream.facts import (
 )
 from slurmx.upstream.inferencex import LIB, aiperf_revision
 from slurmx.upstream.launcher import LAUNCHER, Launch, launch_facts, sandboxed
-from slurmx.upstream.srt import ENGINE, config_file, engine_facts, replay_script, request_facts
+from slurmx.upstream.srt import (
+    ENGINE,
+    FRONTEND,
+    config_file,
+    engine_facts,
+    frontend_facts,
+    replay_script,
+    request_facts,
+)
 
 
 @dataclass
@@ -112,10 +120,16 @@ def compare_multinode(
     upstream = srt_upstream(tree, recipe)
     cap, captured = capture_facts(item, upstream)
     theirs = {k: per_conc_paths(v, item, recipe) for k, v in captured.items() if k[0] in SRT_COMPARED - {ENGINE}}
-    theirs.update(engine_facts(recipe))
+    assert item.serving is not None
+    engine = item.serving.implementation.engine
+    theirs.update(engine_facts(recipe, engine))
     theirs.update(request_facts(recipe))
+    compared = SRT_COMPARED
+    if engine.frontend is not None:  # Dynamo's frontend in front of the worker: compared too
+        theirs.update(frontend_facts(recipe, engine))
+        compared = SRT_COMPARED | {FRONTEND}
     started = processes(item)
-    ours = {k: v for k, v in point_facts(item, started, True).items() if k[0] in SRT_COMPARED}
+    ours = {k: v for k, v in point_facts(item, started, True).items() if k[0] in compared}
     head = next(p for p in started if p.name == ENGINE)
     ours[(ENGINE, "startup timeout s")] = str(int(head.ready_timeout_s))
     request = slurmx_launch_facts(item, {})

@@ -16,11 +16,14 @@ import shlex
 from pathlib import Path
 
 from slurmx.config.srt import LAUNCHER_HEALTH_WINDOW_S, SrtRecipe, minutes, recipe_path, srt_argv
+from slurmx.engines import Engine
 from slurmx.plan import Point
+from slurmx.recipes.srt import worker_launcher
 from slurmx.upstream.facts import MODEL_PATH, Facts, argv_facts, env_facts
 from slurmx.upstream.launcher import LAUNCHER
 
 WORKSPACE = "/infmax-workspace"  # where srt-slurm mounts the InferenceX checkout (benchmark.command's paths)
+FRONTEND = "router"  # the slurmx process Dynamo's frontend is (it stands where a router stands)
 ENGINE = "engine"  # the slurmx process the aggregated workers are (the head's, compared; every node runs the same)
 
 
@@ -36,13 +39,41 @@ def replay_script(recipe: SrtRecipe) -> str | None:
     return script.removeprefix(WORKSPACE + "/") if script else None
 
 
-def engine_facts(recipe: SrtRecipe) -> Facts:
-    """The aggregated engine as srtctl's direct frontend starts it, `<backend type> serve MODEL` (its executable
-    is named after the backend), with the recipe's flags and env."""
-    facts: Facts = {(ENGINE, "program"): recipe.backend_type}
-    facts.update(argv_facts(ENGINE, ["serve", MODEL_PATH, *srt_argv(recipe.engine_config)], {}))
+def engine_facts(recipe: SrtRecipe, engine: Engine | None = None) -> Facts:
+    """The aggregated engine as srtctl starts it, with the recipe's flags and env: behind srt-slurm's direct frontend
+    `<backend type> serve MODEL` (its executable is named after the backend); for an engine behind Dynamo's frontend
+    (`engine.frontend`), Dynamo's worker module with the model by the engine's model flag."""
+    facts: Facts = {}
+    if engine is not None and engine.frontend is not None:
+        program, *head = worker_launcher(engine)
+        facts[(ENGINE, "program")] = program
+        model = [engine.model_flag or "--model", MODEL_PATH]
+        facts.update(argv_facts(ENGINE, [*head, *model, *srt_argv(recipe.engine_config)], {}))
+    else:
+        facts[(ENGINE, "program")] = recipe.backend_type
+        facts.update(argv_facts(ENGINE, ["serve", MODEL_PATH, *srt_argv(recipe.engine_config)], {}))
     facts.update(env_facts(ENGINE, recipe.engine_env, {}))
     facts[(ENGINE, "startup timeout s")] = str(LAUNCHER_HEALTH_WINDOW_S)
+    return facts
+
+
+def frontend_facts(recipe: SrtRecipe, engine: Engine) -> Facts:
+    """Dynamo's frontend as srtctl starts it in front of the workers: its module with `frontend.args` (srtctl's
+    rendering) and `frontend.env`; what the file asks of it beyond them (a Dynamo build of its own, a setup script
+    before the workers) as facts of what is installed and run first."""
+    frontend = engine.frontend
+    assert frontend is not None
+    program, *head = frontend.launcher
+    facts: Facts = {(FRONTEND, "program"): program}
+    facts.update(argv_facts(FRONTEND, [*head, *srt_argv(recipe.frontend_args)], {}))
+    facts.update(env_facts(FRONTEND, recipe.frontend_env, {}))
+    install = recipe.section("dynamo")
+    if install.get("install"):
+        built = install.get("hash") or install.get("version") or "the image's"
+        facts[("provision", "dynamo install")] = str(built)
+    script = recipe.data.get("setup_script")
+    if script:
+        facts[("provision", "setup script")] = str(script)
     return facts
 
 
