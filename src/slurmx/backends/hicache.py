@@ -24,7 +24,9 @@ from slurmx.process import ServerPorts
 
 NAME = "hicache"  # the master config's kv-offload-backend name, and what the SGLang engine reads back
 ENGINE = "sglang"
-ENGINES = (ENGINE, "dynamo-sglang")  # SGLang itself, or as Dynamo's worker
+ENGINES = (ENGINE, "dynamo-sglang")
+# its host pool is sized per rank of a server on one node; a server over several nodes holds ranks on each
+SPANNING = "a HiCache pool of a server spanning nodes is not sized in slurmx yet (per-rank sizes assume one node)"  # SGLang itself, or as Dynamo's worker
 SIZE, RATIO = "hicache-size", "hicache-ratio"  # the engine's settings (its flags without the dashes)
 # the host pool's occupancy gauges SGLang exports with --enable-metrics
 HOST_GAUGES = {
@@ -78,6 +80,8 @@ class HiCache(BaseBackend[HiCacheSpec]):
 
     def spec(self, arm: Arm, point: Point) -> HiCacheSpec:
         knobs = arm if isinstance(arm, HiCacheArm) else HiCacheArm()
+        if point.multinode:
+            raise ArmProblem((), SPANNING)
         version = backend_version(point)
         if point.conc in knobs.size_gb_at_conc:
             return HiCacheSpec(
@@ -128,6 +132,8 @@ class HiCache(BaseBackend[HiCacheSpec]):
     ) -> dict[str, Any]:
         """The sizing knobs that rebuild every captured --hicache-size (or --hicache-ratio): one ratio; one size
         at every budget; else the fewest-digit share and reserve of the budget that give each point's size."""
+        if any(p.multinode for p in points):
+            raise ValueError(SPANNING)
         if not configs or any(c.get("kv_connector") != NAME for c in configs):
             raise ValueError("no --enable-hierarchical-cache was captured on every point")
         by_ratio = [RATIO in c and SIZE not in c for c in configs]

@@ -248,5 +248,17 @@ class DynamoSGLang(SGLang):
     def cache_reset_path(self) -> str | None:
         return None  # the worker's reset (clear_kv_blocks) is a Dynamo endpoint, not HTTP on its system port
 
+    def rank_span_problem(self, rank_gpus: int, gpus_per_node: int) -> str | None:
+        if rank_gpus % gpus_per_node:  # each node runs an equal share of the server's TP ranks
+            return f"an SGLang server of {rank_gpus} GPUs does not fill whole {gpus_per_node}-GPU nodes"
+        return None
+
+    def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
+        """One server over whole nodes, SGLang's multi-node launch: every node runs the worker with the head's
+        torch.distributed address and its own rank (srt-slurm's --dist-init-addr/--nnodes/--node-rank); only the
+        head's registers with Dynamo and serves."""
+        return ["--dist-init-addr", f"{part.head_address}:{part.rpc_port}", "--nnodes", str(nodes),
+                "--node-rank", str(part.index)]  # fmt: skip
+
 
 DYNAMO_ENGINE = DynamoSGLang()
