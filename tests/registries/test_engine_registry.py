@@ -72,6 +72,9 @@ class ToyEngine:
     def block_size(self, flags: Flags) -> int:
         return 16
 
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        return 1, 1
+
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         return None
 
