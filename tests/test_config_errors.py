@@ -651,3 +651,29 @@ def test_load_clusters_blocks_only_a_bad_labels_keys_and_keeps_each_labels_line(
     with pytest.raises(ConfigError) as caught:
         load_clusters(tmp_path / "top.yaml")
     assert str(caught.value) == f"{tmp_path}/top.yaml:5: hardwares: unknown field (did you mean 'hardware'?)"
+
+
+# A field unknown inside a section spelled by its field name (snake_case, accepted as InferenceX accepts it) gets
+# the hint it gets inside the kebab-case spelling; the whole `slurmx plan` process prints one located line, exit 2.
+SNAKE_SECTIONS = [
+    (MASTER.replace("agentic-coding:", "agentic_coding:").replace("search-space:", "search_space:")
+     .replace("tp: 8", "tpp: 8"),
+     "master.yaml:13: k.scenarios.agentic_coding[0].search_space[0].tpp: unknown field (did you mean 'tp'?)"),
+    (_entry("{ tp: 8, kv-offloading: dram, kv_offload_backend: { name: lmcache, versoin: v1 }, conc-list: [4] }"),
+     "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].kv_offload_backend.versoin: unknown field "
+     "(did you mean 'version'?)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("master", "line"), SNAKE_SECTIONS)
+def test_an_unknown_field_in_a_snake_case_section_gets_its_hint(tmp_path: Path, master: str, line: str) -> None:
+    (tmp_path / "master.yaml").write_text(master)
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    config, clusters = str(tmp_path / "master.yaml"), str(tmp_path / "clusters.yaml")
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmx", "plan", "k", "--config", config, "--clusters", clusters],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"slurmx: error: {tmp_path}/{line}\n")

@@ -13,6 +13,7 @@ import pytest
 from slurmx.errors import UserError
 from slurmx.slurm.commands import SlurmUnavailable, run_slurm
 from tests.helpers.slurm_replay import install
+from tests.helpers.waiting import until
 
 
 def test_an_answer_is_its_stdout_and_exit_status() -> None:
@@ -58,3 +59,19 @@ def test_a_client_that_hangs_is_given_up_after_the_timeout() -> None:
     assert str(caught.value) == "sleep did not answer within 1 s"
     assert 1.3 < time.monotonic() - start < 5  # not the 6 s the client would take
     assert caught.value.__cause__ is None and caught.value.__suppress_context__  # one line, no chained timeout
+
+
+def test_a_client_that_hangs_is_ended_with_every_process_it_started(tmp_path: Path) -> None:
+    """A client that is a script (a site's wrapper) ends with its children: none is left running after the call."""
+    pids = tmp_path / "pids"
+    with pytest.raises(SlurmUnavailable, match=r"^sh did not answer within 1 s$"):
+        run_slurm(["sh", "-c", f"sleep 60 & echo $! > {pids}; sleep 60"], timeout_s=1.2)
+    child = int(pids.read_text())
+    until(lambda: not _running(child), bound_s=10)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property, partial
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -29,6 +30,7 @@ from slurmx.config.master import (
     WorkerSpec,
 )
 from slurmx.config.master import server_gpus as server_gpus  # the formula's home is config; plan's callers keep it
+from slurmx.config.srt import row_framework
 from slurmx.errors import ConfigError
 
 Scenario = Literal["fixed-seq-len", "agentic-coding"]
@@ -96,9 +98,14 @@ class Point:
     # Derived from the fields above as the point is built, unless given (a point.json read back keeps its own).
     exp_name: str = ""
     point_id: str = field(default="", compare=False)
+    # The framework of the slurmx engine that serves it (engines' registry key): the row's framework, or what its
+    # srt-slurm recipe serves with directly (config/srt.py's served_framework). Not part of InferenceX's row.
+    engine: str = ""
 
     def __post_init__(self) -> None:
         # The one place a frozen dataclass may set its own derived fields: construction is not over yet.
+        if not self.engine:
+            object.__setattr__(self, "engine", self.framework)
         if not self.exp_name:
             object.__setattr__(self, "exp_name", _exp_name(self))
         if not self.point_id:
@@ -383,10 +390,12 @@ def _point(
     total_cpu_dram_gb: int = 0,
     duration_s: int | None = None,
     point_id: str = "",
+    tree: Path | None = None,
 ) -> Point:
     """A point of one search-space entry: the key's fields, the entry's parallelism or workers, the scenario's rest."""
     single = entry if isinstance(entry, SingleNodeEntry) else None
     workers = entry if isinstance(entry, MultiNodeEntry) else None
+    settings = workers.prefill.additional_settings if workers else None
     return Point(
         config_key=key,
         scenario=scenario,
@@ -419,6 +428,7 @@ def _point(
         total_cpu_dram_gb=total_cpu_dram_gb,
         duration_s=duration_s,
         point_id=point_id,
+        engine=row_framework(tree, config.framework, settings) if tree is not None else "",
     )
 
 
@@ -427,6 +437,7 @@ def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
     config = masters.configs[key]
     points: list[Point] = []
     scenarios: Scenarios[Any, Any] = config.scenarios
+    tree = _checkout_of(key, config, masters)
     for fsl in scenarios.fixed_seq_len or []:
         for entry in fsl.search_space:
             if isinstance(entry, MultiNodeEntry):
@@ -436,6 +447,7 @@ def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
                         key,
                         config,
                         entry,
+                        tree=tree,
                         scenario="fixed-seq-len",
                         conc=concs[0],
                         concs=concs,
@@ -444,11 +456,20 @@ def expand_key(key: str, masters: Masters, clusters: Clusters) -> list[Point]:
                     )
                 )
                 continue
-            make = partial(_point, key, config, entry, scenario="fixed-seq-len", isl=fsl.isl, osl=fsl.osl)
+            make = partial(_point, key, config, entry, tree=tree, scenario="fixed-seq-len", isl=fsl.isl, osl=fsl.osl)
             points.extend(_at_concurrencies(make, entry.concurrencies()))
     for index, agentic in enumerate(scenarios.agentic_coding or []):
-        points.extend(_expand_agentic(key, index, config, agentic, masters, clusters))
+        points.extend(_expand_agentic(key, index, config, agentic, masters, clusters, tree))
     return points
+
+
+def _checkout_of(key: str, config: MasterConfig, masters: Masters) -> Path | None:
+    """The InferenceX checkout whose srt-slurm recipes an aggregated multinode key's rows name: the one holding its
+    master (configs/X-master.yaml); None for any other key (its framework is its engine's)."""
+    source = masters.sources.get(key)
+    if source is None or not config.multinode or config.disagg:
+        return None
+    return source.path.resolve().parents[1]
 
 
 def _expand_agentic(
@@ -458,6 +479,7 @@ def _expand_agentic(
     agentic: AgenticCoding[Any],
     masters: Masters,
     clusters: Clusters,
+    tree: Path | None = None,
 ) -> list[Point]:
     points = []
     for entry_index, entry in enumerate(agentic.search_space):
@@ -490,6 +512,7 @@ def _expand_agentic(
             key,
             config,
             entry,
+            tree=tree,
             scenario="agentic-coding",
             kv_offloading=offloading,
             kv_offload_backend=entry.kv_offload_backend,

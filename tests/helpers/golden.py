@@ -28,11 +28,28 @@ KEYS = (
     "qwen3.5-fp8-b300-sglang-agentic-mtp",  # SGLang with and without its HiCache arm, TP2-EP2 and TP4
     "kimik3-fp4-mi355x-atom-agentic-mtp",  # ATOM with and without its in-process LMCache arm (budget / TP a rank)
     "minimaxm3-fp4-b300-trtllm-agentic-mtp",  # TRT-LLM: trtllm-serve under mpirun, its --config YAML per point
+    # Dynamo rows whose srt-slurm recipe serves directly (config/srt.py's served_framework), one point each:
+    "kimik3-fp4-b200-dynamo-vllm-agentic",  # `vllm serve`, one TP8 x PP2 rank over two nodes
+    "kimik3-fp4-b200-dynamo-vllm-agentic-dspark",  # Mooncake over a rank of two nodes: refused, named
+    "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-tp8pp2",  # the same over four GB200 nodes: refused
+    "qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp",  # sglang.launch_server, TP2 x EP2 with HiCache at 2.5 x
+    "qwen3.5-fp4-gb300-dynamo-sglang-agentic-agg",  # sglang.launch_server, TP2 with HiCache at 0.9 x
 )
 # keys rendered from an InferenceX fixture tree (`slurmx render --inferencex DIR KEY`): its master configs
 TREES = {
     "glm5.2-fp8-mi325x-sglang-agentic-mtp": "repo-main", "qwen3.5-fp8-b300-sglang-agentic-mtp": "repo-main",
     "kimik3-fp4-mi355x-atom-agentic-mtp": "repo-main", "minimaxm3-fp4-b300-trtllm-agentic-mtp": "repo-main",
+    "kimik3-fp4-b200-dynamo-vllm-agentic": "repo-main", "kimik3-fp4-b200-dynamo-vllm-agentic-dspark": "repo-main",
+    "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-tp8pp2": "repo-main",
+    "qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp": "repo-main", "qwen3.5-fp4-gb300-dynamo-sglang-agentic-agg": "repo-main",
+}  # fmt: skip
+# keys kept as one point's render (by its exp-name): the rest of the key differs only in figures its tests check
+ONE_POINT = {
+    "kimik3-fp4-b200-dynamo-vllm-agentic": "kimik3_p1x8_d0x8_conc1",
+    "kimik3-fp4-b200-dynamo-vllm-agentic-dspark": "kimik3_p1x8_d0x8_conc1_kvdram-mooncake",
+    "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-tp8pp2": "kimik3_p1x8_d0x8_conc16_kvdram-mooncake",
+    "qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp": "qwen3.5_p1x2ep2_d0x2ep2_conc22_kvdram-hicache",
+    "qwen3.5-fp4-gb300-dynamo-sglang-agentic-agg": "qwen3.5_p1x2_d0x2_conc24_kvdram-hicache",
 }  # fmt: skip
 
 
@@ -62,7 +79,10 @@ def render(key: str, results: Path) -> str:
     paths as placeholders."""
     tree = FIXTURES / TREES[key] if key in TREES else None
     loaded = load_points(_DefaultInputs(tree), [key])  # type: ignore[arg-type]  # reads only .config, .clusters and .inferencex
-    return _normalise(render_key(key, loaded, results), results, tree)
+    only = None
+    if key in ONE_POINT:
+        only = next(p.point_id for p in loaded.key_points(key) if p.exp_name == ONE_POINT[key])
+    return _normalise(render_key(key, loaded, results, only), results, tree)
 
 
 def points(key: str) -> list[Point]:

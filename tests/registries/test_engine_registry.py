@@ -49,9 +49,7 @@ class ToyEngine:
         prompt_by_source="toy:prompt_by_origin", gpu_usage=("toy:kv_use",), cpu_usage="toy:cpu_kv_use",
         offload={},
     )  # fmt: skip
-    kv_pool_log = KvPoolLog(
-        marker="pool holds", size=r"pool holds (?P<tokens>\d+) tokens", rank=r"\[(?P<tag>r\d+)\]", default_rank="r0"
-    )
+    kv_pool_log = KvPoolLog(marker="pool holds", size=r"pool holds (?P<tokens>\d+) tokens", rank=r"\[(?P<tag>r\d+)\]")
     reserved_kv_blocks = 0
     lru_prefix_cache = False
     image_dirs: tuple[str, ...] = ()

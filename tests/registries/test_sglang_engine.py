@@ -62,15 +62,17 @@ def test_hicache_settings_become_its_flags_and_read_back() -> None:
 
 
 def test_the_kv_pool_line_counts_one_pool_per_data_parallel_rank(tmp_path: Path) -> None:
-    """Every TP rank logs the pool; a DP-attention engine has one pool per DP rank (its tag), else one."""
-    tp_only = [f"[2026-01-01 00:00:00 TP{r}] KV Cache is allocated. #tokens: 524288, K size: 8 GB" for r in range(8)]
-    dp = [
-        f"[2026-01-01 00:00:00 DP{r} TP{r} EP{r}] KV Cache is allocated. #tokens: 1000, KV size: 1 GB" for r in range(4)
-    ]
-    for name, lines, tokens in (("tp.log", tp_only, 524288), ("dp.log", dp, 4000)):
+    """TP rank 0 of each TP group logs max_total_num_tokens: one line per DP rank without DP attention (each its
+    own pool); with it, TP rank 0 alone logs, and each of the dp_size ranks has a pool as large."""
+    args = "[2026-01-01 00:00:00] server_args=ServerArgs(tp_size=8, dp_size=4, enable_dp_attention=True)"
+    tp_only = ["[2026-01-01 00:00:00 TP0] max_total_num_tokens=524288, chunked_prefill_size=8192"]
+    dp = [f"[2026-01-01 00:00:00 DP{r} TP0] max_total_num_tokens=1000, chunked_prefill_size=8192" for r in range(4)]
+    dp_attention = [args, "[2026-01-01 00:00:00 DP0 TP0 EP0] max_total_num_tokens=1000, chunked_prefill_size=8192"]
+    cases = (("tp.log", tp_only, 524288), ("dp.log", dp, 4000), ("dp-attn.log", dp_attention, 4000))
+    for name, lines, tokens in cases:
         (tmp_path / name).write_text("\n".join(lines) + "\n")
-        assert kv_pool_tokens([tmp_path / name], SGLANG.kv_pool_log) == tokens
-    assert not re.search(SGLANG.kv_pool_log.size, "KV Cache is full")
+        assert kv_pool_tokens([tmp_path / name], SGLANG.kv_pool_log) == tokens, name
+    assert not re.search(SGLANG.kv_pool_log.size, "KV Cache is allocated. #tokens: 1000, K size: 1 GB")
 
 
 def test_readiness_metrics_and_cache_reset() -> None:

@@ -79,10 +79,15 @@ def test_each_stream_is_judged_and_integrated_as_by_inferencex(name: str, tmp_pa
     text, gpus = STREAMS[name]
     path = tmp_path / "gpu_metrics.csv"
     path.write_text(text, encoding="utf-8")
+    _as_inferencex(path, gpus)
+
+
+def _as_inferencex(path: Path, gpus: int | None, max_gap_s: float = energy.MAX_SAMPLE_GAP_S) -> energy.Energy:
+    """slurmx's figures of the file, each InferenceX's integrate_power's on the same file."""
     theirs = aggregate_power().integrate_power(
-        path, start_unix=WINDOW.start_unix, end_unix=WINDOW.end_unix, expected_num_gpus=gpus
+        path, start_unix=WINDOW.start_unix, end_unix=WINDOW.end_unix, expected_num_gpus=gpus, max_sample_gap_s=max_gap_s
     )
-    ours = energy.integrate(energy.read_telemetry(path, WINDOW), WINDOW, gpus)
+    ours = energy.integrate(energy.read_telemetry(path, WINDOW, max_gap_s), WINDOW, gpus, max_gap_s)
     assert ours.reasons == list(theirs.invalid_reasons)
     assert ours.power_valid == theirs.power_valid
     assert ours.observed_gpu_ids == list(theirs.observed_gpu_ids)
@@ -92,6 +97,45 @@ def test_each_stream_is_judged_and_integrated_as_by_inferencex(name: str, tmp_pa
     for field in ("total_gpu_energy_j", "avg_total_gpu_power_w", "avg_power_w"):
         expected = getattr(theirs, field)
         assert getattr(ours, field) == (None if expected is None else pytest.approx(expected, rel=1e-12)), field
+    return ours
+
+
+@pytest.mark.parametrize("gpus", [0, -1])
+def test_a_point_of_no_gpus_is_said_first_and_the_file_still_judged(gpus: int, tmp_path: Path) -> None:
+    path = tmp_path / "gpu_metrics.csv"
+    path.write_text(HEADER + steady("0", 100, SECONDS) + rows("0", [(12.5, "[N/A]")]), encoding="utf-8")
+    judged = _as_inferencex(path, gpus)
+    assert judged.reasons == ["invalid_expected_gpu_count", "invalid_power_sample"]
+    assert not judged.power_valid and judged.total_gpu_energy_j == pytest.approx(100.0 * 4)  # 100 W over 4 s
+    assert _as_inferencex(tmp_path / "absent.csv", gpus).reasons == [
+        "invalid_expected_gpu_count",
+        "telemetry_file_missing",
+    ]
+    assert _as_inferencex(tmp_path / "absent.csv", None).reasons == ["telemetry_file_missing"]
+
+
+@pytest.mark.parametrize("gap", [0.0, -3.0, math.nan, math.inf])
+def test_a_max_gap_no_gap_can_pass_judges_nothing(gap: float, tmp_path: Path) -> None:
+    path = tmp_path / "gpu_metrics.csv"
+    path.write_text(HEADER + steady("0", 100, SECONDS), encoding="utf-8")
+    for gpus in (1, 0):
+        judged = _as_inferencex(path, gpus, gap)
+        assert judged.reasons == ["invalid_max_sample_gap"] and not judged.power_valid
+        assert judged.observed_gpu_ids == [] and judged.total_gpu_energy_j is None
+
+
+def test_a_file_that_cannot_be_read_says_so(tmp_path: Path) -> None:
+    """A directory where the file should be is a missing file; a row the CSV reader refuses (a field over its
+    131072-character limit) leaves the file unread, after the reasons of the rows before it."""
+    (tmp_path / "dir.csv").mkdir()
+    assert _as_inferencex(tmp_path / "dir.csv", 1).reasons == ["telemetry_file_missing"]
+    path = tmp_path / "gpu_metrics.csv"
+    path.write_text(
+        HEADER + "soon,0,500,700\n" + steady("0", 100, SECONDS) + f"{T0 + 12.5:.3f},0,{'9' * 200_000},700\n"
+    )
+    judged = _as_inferencex(path, 1)
+    assert judged.reasons == ["invalid_timestamp_sample", "telemetry_file_unreadable"]
+    assert judged.observed_gpu_ids == [] and judged.total_gpu_energy_j is None
 
 
 def _read(tmp_path: Path, name: str, window: energy.Window = WINDOW) -> energy.Energy:

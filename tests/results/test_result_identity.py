@@ -255,8 +255,8 @@ def test_an_sglang_points_ranks_pool_and_gpus_are_read_by_its_own_names(tmp_path
     (tmp_path / "aiperf" / "server_metrics_export.json").write_text(json.dumps(export))
     log = tmp_path / "server.log"
     log.write_text(
-        "[2026 DP0 TP0 EP0] KV Cache is allocated. #tokens: 4096, K size: 1 GB\n"
-        "[2026 DP1 TP0 EP0] KV Cache is allocated. #tokens: 4096, K size: 1 GB\n"
+        "[2026 DP0 TP0 EP0] max_total_num_tokens=4096, chunked_prefill_size=8192\n"
+        "[2026 DP1 TP0 EP0] max_total_num_tokens=4096, chunked_prefill_size=8192\n"
         "INFO GPU KV cache size: 99 tokens\n"  # vLLM's line: not SGLang's
     )
     telemetry = tmp_path / "telemetry"
@@ -271,3 +271,18 @@ def test_an_sglang_points_ranks_pool_and_gpus_are_read_by_its_own_names(tmp_path
     assert result.kv_cache_pool_tokens == 8192
     assert result.power_valid == 0 and result.slurmx.energy is not None
     assert result.slurmx.energy.reasons == ["expected_gpu_count_mismatch"]
+
+
+def test_the_offload_backends_version_is_the_one_that_ran_when_the_recipe_pins_none(tmp_path: Path) -> None:
+    """kv_offload_backend.version: the recipe's pin when it has one, else the version the node's lock recorded
+    (RunFacts.backend_version); written to result.json either way."""
+    unpinned = {**POINT, "kv-offloading": "dram", "kv-offload-backend": {"name": "lmcache"}}
+    ran = _build(tmp_path, row=unpinned, facts=RunFacts(backend_version="0.3.9"))
+    assert ran.dump()["kv_offload_backend"] == {"name": "lmcache", "version": "0.3.9"}
+    assert ran.slurmx is not None and ran.slurmx.backend_version == "0.3.9"
+    pinned = {**unpinned, "kv-offload-backend": {"name": "lmcache", "version": "0.3.1"}}
+    assert _build(tmp_path, row=pinned, facts=RunFacts(backend_version="0.3.9")).dump()["kv_offload_backend"] == {
+        "name": "lmcache",
+        "version": "0.3.1",
+    }
+    assert _build(tmp_path, row=unpinned).dump()["kv_offload_backend"] == {"name": "lmcache"}  # unknown: absent

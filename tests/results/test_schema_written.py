@@ -6,10 +6,12 @@ every expected value worked by hand."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from slurmx.results.aggregate import write_result
 from slurmx.results.schema import (
     AiperfCounts,
     ArmEvidence,
@@ -167,3 +169,29 @@ def test_result_json_writes_foreign_non_finite_figures_as_null() -> None:
     data = _result(dataset={"x": float("nan"), "y": [float("-inf"), 1.5]}).dump()
     assert data["dataset"] == {"x": None, "y": [None, 1.5]}
     assert json.loads(json.dumps(data, allow_nan=False)) == data
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"not JSON: {constant}")
+
+
+def test_result_json_holds_no_non_finite_figure_in_any_field(tmp_path: Path) -> None:
+    """A float field (the power figures, a statistic, slurmx's own) holding inf or NaN is written null, as a field
+    typed Any is: the file parses with a strict JSON reader (one that refuses Infinity and NaN)."""
+    meta = SlurmxMeta(point_id="p", config_key="k", exp_name="e", sweep_id="s", ended_at=float("inf"))
+    result = _result(
+        avg_power_w=float("inf"),
+        joules_per_total_token=float("-inf"),
+        ttft=Stats(mean=float("nan"), p50=2.5),
+        dataset={"x": float("nan")},
+        slurmx=meta,
+    )
+    path = tmp_path / "result.json"
+    write_result(path, result)
+    data = json.loads(path.read_text(), parse_constant=_refuse)
+    # no figure: absent, as a power field is without telemetry (power_valid says why)
+    assert "avg_power_w" not in data and "joules_per_total_token" not in data
+    assert data["ttft"] == {"mean": None, "p50": 2.5}
+    assert data["dataset"] == {"x": None}
+    assert data["slurmx"]["ended_at"] is None
+    assert json.loads(json.dumps(result.inferencex()), parse_constant=_refuse)["ttft"] == {"mean": None, "p50": 2.5}

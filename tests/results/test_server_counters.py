@@ -128,17 +128,18 @@ def test_the_pool_size_is_the_last_line_of_each_engine_core_summed(tmp_path: Pat
         "INFO KV cache size: no number here\n"
     )
     two = tmp_path / "node1.log"
-    two.write_text("INFO CPU KV cache size: 700 tokens\n")  # no core tag: the default rank, on its own node
+    two.write_text("INFO CPU KV cache size: 700 tokens\n")  # no core tag: an engine core of its own, on its own node
     assert kv_pool_tokens([tmp_path / "absent.log", one, two]) == 1500 + 2000 + 700
     assert kv_pool_tokens([tmp_path / "absent.log"]) is None
     assert kv_pool_tokens([]) is None
     sg = tmp_path / "sglang.log"
     sg.write_text(
-        "[2026 DP0 TP0 EP0] KV Cache is allocated. #tokens: 4096, K size: 1 GB\n"
-        "[2026 DP1 TP0 EP0] KV Cache is allocated. #tokens: 4096, K size: 1 GB\n"
-        "[2026 TP1] KV Cache is allocated. #tokens: 9, K size: 1 GB\n"  # no DP tag: DP0's, last wins
+        "[2026 DP0 TP0 EP0] max_total_num_tokens=4096, chunked_prefill_size=8192\n"
+        "[2026 DP1 TP0 EP0] max_total_num_tokens=4096, chunked_prefill_size=8192\n"
+        "[2026 TP1] max_total_num_tokens=9, chunked_prefill_size=8192\n"  # untagged beside tagged lines: not a pool
+        "[2026 DP0 TP0 EP0] KV Cache is allocated. #tokens: 77, K size: 1 GB\n"  # the pool's own line: not read
     )
-    assert kv_pool_tokens([sg], sglang.KV_POOL_LOG) == 9 + 4096
+    assert kv_pool_tokens([sg], sglang.KV_POOL_LOG) == 4096 + 4096
 
 
 def test_the_export_check_reads_both_files_and_the_prefix(tmp_path: Path) -> None:

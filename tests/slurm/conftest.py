@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from slurmx.cli import main
+from slurmx.slurm.commands import SlurmUnavailable, run_slurm
 from tests.helpers.jobs import cancel_and_drain
 
 CLUSTERS = """\
@@ -69,19 +69,24 @@ def master(key: str, tp: int | dict[int, list[int]], concs: list[int], runner: s
 {entries}"""
 
 
-def slurm_ready() -> bool:
-    if shutil.which("sinfo") is None:
-        return False
-    proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, check=False, timeout=30)
-    return proc.returncode == 0 and any(state in proc.stdout for state in ("idle", "mix", "alloc"))
+def slurm_ready(timeout_s: float = 30.0) -> str | None:
+    """None when the local cluster has a node to run on, else why not, in one line (sinfo missing, failing,
+    not answering within `timeout_s`, or no node up)."""
+    try:
+        proc = run_slurm(["sinfo", "-h", "-o", "%t"], timeout_s=timeout_s)
+    except SlurmUnavailable as exc:
+        return str(exc)
+    if not any(state in proc.stdout for state in ("idle", "mix", "alloc")):
+        return f"no node is up (sinfo: {' '.join(sorted(set(proc.stdout.split()))) or 'no nodes'})"
+    return None
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> None:
-    if not slurm_ready():
+    if (problem := slurm_ready()) is not None:
         if os.environ.get("CI"):
-            pytest.fail("the local Slurm cluster is not up (scripts/local-slurm.sh up)")
-        pytest.skip("no local Slurm cluster (scripts/local-slurm.sh up)")
+            pytest.fail(f"the local Slurm cluster is not up (scripts/local-slurm.sh up): {problem}")
+        pytest.skip(f"no local Slurm cluster (scripts/local-slurm.sh up): {problem}")
 
 
 class SlurmEnv:

@@ -38,8 +38,8 @@ def stack_ready() -> bool:
 @pytest.fixture(scope="session")
 def real_stack() -> None:
     problems = []
-    if not slurm_ready():
-        problems.append("the local Slurm cluster is not up (scripts/local-slurm.sh up)")
+    if (down := slurm_ready()) is not None:
+        problems.append(f"the local Slurm cluster is not up (scripts/local-slurm.sh up): {down}")
     if not stack_ready():
         problems.append(f"the CPU stack is not built in {STACK} (scripts/local-stack.sh)")
     if problems:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from slurmx.collect.collect import inferencex_path
 from slurmx.store import tree
 from slurmx.store.tree import PointDir, ResultsTree, SweepDir, member_id, parse_member, round_dirs
 
@@ -88,7 +87,7 @@ def test_every_path_drawn_in_results_readme_is_the_one_tree_py_gives(tmp_path: P
         sweep.aggregates_json: "",
         sweep.plots: "/",
         sweep.report_html: "",
-        inferencex_path(sweep): "",  # collect --format inferencex's file, named by collect from the key
+        sweep.inferencex_json: "",  # collect --format inferencex's file
     }
     as_drawn = {str(p.relative_to(tmp_path)) + end for p, end in given.items()}
     assert sorted(as_drawn) == sorted(drawn)

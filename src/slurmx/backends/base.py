@@ -135,6 +135,8 @@ class Backend(Protocol[S]):
     distribution: str | None  # the pip distribution kv-offload-backend.version pins (provisioning installs it)
     preloads_torch: bool  # its server needs torch's libraries preloaded (provisioning finds them)
     own_env: tuple[str, ...]  # engine env the backend sets itself (a recipe may not; import leaves it out)
+    # why its store cannot serve one engine rank spread over several nodes (None: it can), said at resolve time
+    rank_span_refusal: str | None
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         """Rules a recipe arm must obey to run this backend (checked when the recipe loads)."""
@@ -219,6 +221,7 @@ class BaseBackend(Generic[S]):
     distribution: str | None = None
     preloads_torch: bool = False
     own_env: tuple[str, ...] = ()
+    rank_span_refusal: str | None = None
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         return []

@@ -24,9 +24,7 @@ from slurmx.process import ServerPorts
 
 NAME = "hicache"  # the master config's kv-offload-backend name, and what the SGLang engine reads back
 ENGINE = "sglang"
-ENGINES = (ENGINE, "dynamo-sglang")
-# its host pool is sized per rank of a server on one node; a server over several nodes holds ranks on each
-SPANNING = "a HiCache pool of a server spanning nodes is not sized in slurmx yet (per-rank sizes assume one node)"  # SGLang itself, or as Dynamo's worker
+ENGINES = (ENGINE, "dynamo-sglang")  # SGLang itself, or as Dynamo's worker
 SIZE, RATIO = "hicache-size", "hicache-ratio"  # the engine's settings (its flags without the dashes)
 # the host pool's occupancy gauges SGLang exports with --enable-metrics
 HOST_GAUGES = {
@@ -67,6 +65,11 @@ class HiCacheSpec(BackendSpec):
         return (self.size_gb or 0) * GB * self.ranks
 
 
+def _tp(point: Point) -> int:
+    """The TP ranks that each hold a host pool: the point's, or an aggregated multinode point's worker's."""
+    return point.prefill.tp if point.multinode and point.prefill is not None else point.tp
+
+
 def pool_size_gb(budget_gb: int, ranks: int, reserve_gb_per_rank: int, share: Sequence[int]) -> int:
     """Each rank's host pool in whole GB: the budget less the reserve, shared out, rounded down (bash's $((...)))."""
     return max(budget_gb - reserve_gb_per_rank * ranks, 0) * share[0] // (ranks * share[1])
@@ -80,25 +83,23 @@ class HiCache(BaseBackend[HiCacheSpec]):
 
     def spec(self, arm: Arm, point: Point) -> HiCacheSpec:
         knobs = arm if isinstance(arm, HiCacheArm) else HiCacheArm()
-        if point.multinode:
-            raise ArmProblem((), SPANNING)
         version = backend_version(point)
         if point.conc in knobs.size_gb_at_conc:
             return HiCacheSpec(
                 name=self.name, version=version, size_gb=knobs.size_gb_at_conc[point.conc], ranks=point.tp
             )
         if knobs.ratio is not None:
-            return HiCacheSpec(name=self.name, version=version, ratio=knobs.ratio, ranks=point.tp)
+            return HiCacheSpec(name=self.name, version=version, ratio=knobs.ratio, ranks=_tp(point))
         if knobs.size_gb is not None:
             size = knobs.size_gb
         else:
-            size = pool_size_gb(point.total_cpu_dram_gb, point.tp, knobs.reserve_gb_per_rank, knobs.pool_share)
+            size = pool_size_gb(point.total_cpu_dram_gb, _tp(point), knobs.reserve_gb_per_rank, knobs.pool_share)
         if size < 1:
             raise ArmProblem(
                 ("pool-share",),
                 f"{point.exp_name}: a budget of {point.total_cpu_dram_gb} GB leaves no whole GB per rank",
             )
-        return HiCacheSpec(name=self.name, version=version, size_gb=size, ranks=point.tp)
+        return HiCacheSpec(name=self.name, version=version, size_gb=size, ranks=_tp(point))
 
     def refusal(self, engine: Engine) -> str | None:
         if engine.name not in ENGINES:
@@ -132,8 +133,6 @@ class HiCache(BaseBackend[HiCacheSpec]):
     ) -> dict[str, Any]:
         """The sizing knobs that rebuild every captured --hicache-size (or --hicache-ratio): one ratio; one size
         at every budget; else the fewest-digit share and reserve of the budget that give each point's size."""
-        if any(p.multinode for p in points):
-            raise ValueError(SPANNING)
         if not configs or any(c.get("kv_connector") != NAME for c in configs):
             raise ValueError("no --enable-hierarchical-cache was captured on every point")
         by_ratio = [RATIO in c and SIZE not in c for c in configs]
@@ -162,7 +161,7 @@ class HiCache(BaseBackend[HiCacheSpec]):
             for num in range(1, den + 1)
             if math.gcd(num, den) == 1
             for reserve in range(MAX_RESERVE_GB + 1)
-            if all(pool_size_gb(p.total_cpu_dram_gb, p.tp, reserve, [num, den]) == s for p, s in zip(points, sizes))
+            if all(pool_size_gb(p.total_cpu_dram_gb, _tp(p), reserve, [num, den]) == s for p, s in zip(points, sizes))
         ]
         if fits:
             reserve, share = fits[0]

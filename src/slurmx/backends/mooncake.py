@@ -163,6 +163,12 @@ class Mooncake(BaseBackend[MooncakeSpec]):
     port_names = (MASTER, METRICS)
     connector = CONNECTOR
     own_env = (CONFIG_ENV,)
+    # every node starts its own master, RPC on loopback, for its own ranks (servers below; docs/multinode.md): the
+    # stages of one rank over several nodes would each read and write another store than the scheduler looks up
+    rank_span_refusal = (
+        "one Mooncake store for a rank over several nodes: slurmx starts a master on each node, on loopback, for that "
+        "node's ranks only (backends/mooncake.py), and sizes a rank's segment as the node's budget over the whole rank"
+    )
     # kv-offload-backend.version pins this wheel by default (vLLM's docs: the CUDA 12 build); CUDA 13 images
     # need mooncake-transfer-engine-cuda13, which the recipe arm names as `distribution`
     distribution = "mooncake-transfer-engine"

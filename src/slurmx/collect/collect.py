@@ -619,7 +619,3 @@ def write_summaries(sr: SweepResults) -> None:
 def inferencex_list(rows: Iterable[Row]) -> list[dict[str, Any]]:
     """InferenceX's agg_<name>.json body: a JSON list of the aggregate objects, without `slurmx`."""
     return [r.parsed().inferencex() for r in sorted_rows(rows) if r.valid]
-
-
-def inferencex_path(sweep: SweepDir) -> Path:
-    return sweep.path / f"agg_{sweep.config_key}.json"

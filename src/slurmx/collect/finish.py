@@ -30,7 +30,7 @@ def write_summaries(
         col.write_summaries(sr)
         written += [sr.sweep.summary_csv, sr.sweep.summary_json]
         if inferencex:
-            path = col.inferencex_path(sr.sweep)
+            path = sr.sweep.inferencex_json
             atomic.write_json(path, col.inferencex_list(sr.rows))
             written.append(path)
 

@@ -83,7 +83,7 @@ def inferencex_inputs(tree: Path, keys: list[str], jobs: Path | None) -> Inputs:
 def served_agentic(point: Point) -> bool:
     """A point `recipes` reads upstream for: the agentic points of an engine slurmx has, single-node or aggregated
     multinode (its srt-slurm recipe; upstream/srt.py)."""
-    return point.framework in engines.REGISTRY and point.scenario == "agentic-coding" and not point.disagg
+    return point.engine in engines.REGISTRY and point.scenario == "agentic-coding" and not point.disagg
 
 
 def _keys(inputs: Inputs, named: list[str], need_recipe: bool) -> list[str]:

@@ -49,11 +49,12 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 
 
 def _expected_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Field aliases of the model found at `loc` (for did-you-mean on unknown fields)."""
+    """Field aliases of the model found at `loc` (for did-you-mean on unknown fields). A section of `loc` may be
+    spelled by its alias or by its field name (populate_by_name: `search_space` for `search-space`)."""
     current: Any = model
     for part in loc:
         if isinstance(current, type) and issubclass(current, BaseModel):
-            match = next((f for name, f in current.model_fields.items() if (f.alias or name) == part), None)
+            match = next((f for name, f in current.model_fields.items() if part in (f.alias or name, name)), None)
             if match is None:
                 return []
             current = match.annotation

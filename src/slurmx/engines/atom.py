@@ -59,7 +59,7 @@ METRICS = EngineMetrics(
 )
 # slurmx knows no ATOM log line that gives its KV pool in tokens (ATOM sizes it in blocks, num_kvcache_blocks, and
 # exports it as atom:kv_cache_blocks_total): a marker no line holds (a NUL), so the pool size stays unknown
-KV_POOL_LOG = KvPoolLog(marker="\0", size=r"(?P<tokens>\d+)\0", rank=r"(?P<tag>\0)", default_rank="0")
+KV_POOL_LOG = KvPoolLog(marker="\0", size=r"(?P<tokens>\d+)\0", rank=r"(?P<tag>\0)")
 # the parallel flags slurmx sets from the point (a recipe sets none of them)
 PARALLEL_FLAGS = ("--tensor-parallel-size", "--enable-dp-attention", "--enable-expert-parallel")
 
@@ -95,6 +95,7 @@ class Atom:
     image_packages: tuple[str, ...] = ("atom", "aiter")
     image_dirs: tuple[str, ...] = ()
     script_suffix = ""
+    srt_direct_launch: tuple[str, ...] = ()
     loads_connectors = True  # its in-process LMCache tier (CONNECTORS); no vLLM connector class
     # unverified: ATOM's EngineArgs as read (atom/model_engine/arg_utils.py) name no revision flag and no ATOM script
     # pins one; a recipe's model-revision on ATOM is untried

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from slurmx.config.master import WorkerSpec
 from slurmx.flags import Flags
@@ -79,12 +79,16 @@ class EngineMetrics:
 @dataclass(frozen=True)
 class KvPoolLog:
     """The engine log line that says how many tokens of KV cache it allocated: `marker` filters lines,
-    `size` holds a `tokens` group, `rank` a `tag` group naming the engine core (one per data-parallel rank)."""
+    `size` holds a `tokens` group, `rank` a `tag` group naming the pool's owner (one per data-parallel rank).
+    Lines without a tag count only in a log with no tagged line: summed when each comes from its own pool
+    (`untagged="sum"`), else the last. `ranks` (a `ranks` group, read anywhere in the log) is how many pools a
+    log stands for when one rank alone logged the line (docs/kv-pool-log.md says which engine logs what)."""
 
     marker: str
     size: str
     rank: str
-    default_rank: str
+    untagged: Literal["sum", "last"] = "last"
+    ranks: str | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,9 @@ class Engine(Protocol):
     # what InferenceX's launchers append to this engine's historical script name, the one without the framework
     # (their FRAMEWORK_SUFFIX), tried when no framework-tagged script exists
     script_suffix: str
+    # how srt-slurm's direct frontend (a recipe's frontend.type naming this engine) starts it: program and leading
+    # arguments, the recipe's flags after them (and the model path first where model_flag is None); () for none
+    srt_direct_launch: tuple[str, ...]
     metrics: EngineMetrics
     kv_pool_log: KvPoolLog
     reserved_kv_blocks: int  # blocks of the pool no request ever holds (vLLM's null block), for `slurmx advise`

@@ -36,7 +36,7 @@ ROUTER_MODULE = "sglang_router.launch_router"  # sglang-router's, a request rout
 # may set none of them (the long ones are what some scripts pass: qwen3.5_fp8_mi300x_mtp.sh --tensor-parallel-size)
 PARALLEL_ALIASES = (
     "--tp", "--tp-size", "--tensor-parallel-size", "--dp", "--dp-size", "--data-parallel-size",
-    "--ep", "--ep-size", "--expert-parallel-size",
+    "--ep", "--ep-size", "--expert-parallel-size", "--pp-size", "--pipeline-parallel-size",
 )  # fmt: skip
 # counter names without the `_total` suffix (aiperf's export strips it; the raw text keeps it). SGLang's
 # production metrics (docs.sglang.io references/production_metrics): cached prompt tokens by cache_source
@@ -66,13 +66,14 @@ METRICS = EngineMetrics(
     hit_rate_gauge="sglang:cache_hit_rate",
     cpu_total="sglang:hicache_host_total_tokens",
 )
-# "[... DP0 TP0 EP0] KV Cache is allocated. #tokens: N, ..." (memory_pool.py), one line per TP rank; the DP tag
-# names the data-parallel rank (absent without data-parallel attention)
+# "[... DP0 TP0 EP0] max_total_num_tokens=N, ..." (the scheduler's line, logged by TP rank 0 of each TP group
+# only): one line per DP rank without DP attention; with it, TP rank 0 alone logs its rank's pool and every
+# DP rank has one as large, so a lone line counts dp_size (server_args) times (docs/kv-pool-log.md)
 KV_POOL_LOG = KvPoolLog(
-    marker="KV Cache is allocated",
-    size=r"KV Cache is allocated\.\s*#tokens:\s*(?P<tokens>[\d,]+)",
+    marker="max_total_num_tokens=",
+    size=r"\bmax_total_num_tokens=(?P<tokens>\d+)\b",
     rank=r"\[[^\]]*\b(?P<tag>DP\d+)\b[^\]]*\]",
-    default_rank="DP0",
+    ranks=r"\bdp_size=(?P<ranks>\d+)\b",
 )
 
 # unverified: SGLang pages its KV by --page-size, not --block-size; 16 is what slurmx has always recorded for it
@@ -106,6 +107,7 @@ class SGLang:
     # the image's SGLang checkout (qwen3.5_fp8_h{100,200}_mtp.sh's `sed -i` of its multi_tokenizer_mixin.py)
     image_dirs: tuple[str, ...] = ("/sgl-workspace/",)
     script_suffix = ""
+    srt_direct_launch: tuple[str, ...] = ("python3", "-m", SERVER_MODULE)  # srt-slurm's frontend.type sglang
     loads_connectors = False  # HiCache is its own tier; it plugs in no vLLM-style connector class
     revision_flag = "--revision"
     model_flag: str | None = "--model-path"
@@ -115,10 +117,17 @@ class SGLang:
 
     def parallel_flags(self, point: Point) -> list[str]:
         """Tensor parallelism over the point's GPUs; experts spread over --ep-size (InferenceX's scripts pass it
-        on every point); data-parallel attention as one DP rank per GPU of the TP group."""
-        flags = ["--tp", str(point.tp), "--ep-size", str(point.ep)]
-        if point.dp_attn:
-            flags += ["--dp", str(point.tp), "--enable-dp-attention"]
+        on every point); data-parallel attention as one DP rank per GPU of the TP group. An aggregated multinode
+        point's one worker (srt-slurm's direct frontend) is a server of its worker's parallelism on one node."""
+        tp, ep, dp_attn, pp = point.tp, point.ep, point.dp_attn, point.pp
+        if point.multinode:
+            assert point.prefill is not None
+            tp, ep, dp_attn, pp = point.prefill.tp, point.prefill.ep, point.prefill.dp_attn, point.prefill.pp
+        flags = ["--tp", str(tp), "--ep-size", str(ep)]
+        if pp > 1:
+            flags += ["--pp-size", str(pp)]
+        if dp_attn:
+            flags += ["--dp", str(tp), "--enable-dp-attention"]
         return flags
 
     def ready_timeout_s(self, env: Mapping[str, str]) -> int:
@@ -227,6 +236,7 @@ class DynamoSGLang(SGLang):
 
     name = "dynamo-sglang"
     frontend: Frontend | None = dynamo.FRONTEND
+    srt_direct_launch: tuple[str, ...] = ()  # never served directly: Dynamo's frontend serves
     distributions: tuple[str, ...] = ("sglang", "sgl-kernel", "ai-dynamo", "ai-dynamo-runtime", "torch")
     upstream_programs: Mapping[str, str] = MappingProxyType({
         "python3 -m dynamo.sglang": "engine", "python3 -m dynamo.frontend": "router",

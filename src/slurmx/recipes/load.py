@@ -39,7 +39,7 @@ def arm_flags(recipe: Recipe, arm: Arm) -> Flags:
 
 def _check(file: RecipeFile) -> None:
     recipe = file.recipe
-    engine = engines.get(recipe.match.framework)
+    engine = engines.get(recipe.match.engine)
     base = recipe.engine.flags
     sizing = recipe.engine.sizing()
     _check_computed(file, engine.computed_for(sizing))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from slurmx import engines
 from slurmx.config.master import kebab
@@ -37,14 +37,24 @@ class Match(_Model):
     model_prefix: str
     precision: str
     framework: str
+    # the slurmx engine the recipe is written for (engines' registry key): the framework's own unless a Dynamo
+    # key's srt-slurm recipes serve directly with another (config/srt.py's served_framework decides, per point)
+    engine: str
     runner: str
     image: str
     spec_decoding: str = "none"
     dcp_size: PositiveInt = 1
 
     FIELDS: ClassVar[tuple[str, ...]] = (
-        "model", "model_prefix", "precision", "framework", "runner", "image", "spec_decoding", "dcp_size",
+        "model", "model_prefix", "precision", "framework", "engine", "runner", "image", "spec_decoding", "dcp_size",
     )  # fmt: skip
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_is_the_frameworks(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "engine" not in data and "framework" in data:
+            return {**data, "engine": data["framework"]}
+        return data
 
     def values(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self.FIELDS)

@@ -31,7 +31,7 @@ def implementation(point: Point) -> Implementation:
     """The point's engine and backend; a UserError when slurmx has none for its framework, KV-offload backend
     or spec-decoding method, or the backend cannot serve that engine."""
     try:
-        engine = engines.get(point.framework)
+        engine = engines.get(point.engine)
         backend = backends.get(point.backend_name)
     except UserError as missing:
         raise UserError(f"{point.config_key}: {missing}") from None
@@ -129,7 +129,7 @@ def _router(file: RecipeFile, point: Point) -> RouterSpec | None:
         name = point.router.name if point.router else "a router"
         raise file.error(("router",), f"{point.config_key} asks for router {name!r}; the recipe has none by that name")
     flags = render_flags(recipe.flags)
-    if point.dp_attn and (dp_flag := engines.get(point.framework).router_dp_size_flag) is not None:
+    if point.dp_attn and (dp_flag := engines.get(point.engine).router_dp_size_flag) is not None:
         flags += [dp_flag, str(point.tp)]
     version = point.router.version if point.router is not None and point.router.version else recipe.version
     if recipe.from_image:  # the image's router, as upstream runs it: nothing to install

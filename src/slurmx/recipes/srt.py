@@ -20,7 +20,6 @@ from pydantic import ValidationError
 from slurmx.backends import ArmProblem, BackendSpec
 from slurmx.config.srt import (
     DYNAMO_FRONTEND,
-    LAUNCHER_HEALTH_WINDOW_S,
     SrtRecipe,
     minutes,
     read_recipe,
@@ -59,7 +58,7 @@ def srt_recipe(tree: Path | None, point: Point) -> SrtRecipe:
     return read_recipe(path)
 
 
-def named_recipe(tree: Path, point: Point) -> SrtRecipe | None:
+def checkout_recipe(tree: Path, point: Point) -> SrtRecipe | None:
     """The recipe the row names, None where it names none; SrtRefused when the checkout lacks the file it names."""
     settings = point.prefill.additional_settings if point.prefill is not None else None
     return srt_recipe(tree, point) if recipe_path(tree, settings) is not None else None
@@ -231,8 +230,8 @@ def srt_serving(tree: Path | None, point: Point, layout: NodeLayout, implemented
         env=env,
         block_size=engine.block_size(typed),
         health_path=engine.health_path,
-        # the launcher's health window (every srt-slurm launcher rewrites the file's), never below the engine's own
-        startup_timeout_s=max(LAUNCHER_HEALTH_WINDOW_S, engine.ready_timeout_s(env)),
+        # the file's health window (health_check polls x interval), never below the engine's own readiness limit
+        startup_timeout_s=max(recipe.health_window_s, engine.ready_timeout_s(env)),
         gpus=layout.gpus_per_node,
         nodes=layout.nodes,
         ranks_per_node=layout.ranks_per_node,

@@ -173,6 +173,7 @@ def build_result(
     backend = point.kv_offload_backend
     dataset = (profile.get("metadata") or {}).get("dataset") if isinstance(profile, dict) else None
     assert not point.concs, "a result is of one concurrency"
+    facts = facts or RunFacts()
     power: dict[str, int | float] = {}
     if telemetry_dir is not None:
         power, meta.energy = point_energy(Path(telemetry_dir), profile, records, gpus)
@@ -198,7 +199,8 @@ def build_result(
         pcp_size=point.pcp_size,
         kv_offloading=point.kv_offloading,
         kv_offload_backend=(
-            ComponentMeta(name=backend.name, version=backend.version or meta.backend_version) if backend else None
+            # the recipe's pin, else the version the lock recorded on the node (facts: meta has none yet)
+            ComponentMeta(name=backend.name, version=backend.version or facts.backend_version) if backend else None
         ),
         allocated_cpu_dram_gb=point.total_cpu_dram_gb,
         router=ComponentMeta(name=point.router.name, version=point.router.version) if point.router else None,
@@ -217,7 +219,7 @@ def build_result(
         setattr(result, key, value)
     if point.multinode:
         _set_worker_shape(result, point)
-    return gate.judged(_with_facts(result, facts or RunFacts()))
+    return gate.judged(_with_facts(result, facts))
 
 
 def _with_facts(result: Result, facts: RunFacts) -> Result:
@@ -231,7 +233,7 @@ def _with_facts(result: Result, facts: RunFacts) -> Result:
 def engine_of(point: Point) -> Engine:
     """The engine whose declared metric names and log lines the point's artifacts carry: its framework's,
     or the default engine's for a framework slurmx does not serve (an InferenceX row aggregated for parity)."""
-    return engines.REGISTRY.get(point.framework) or engines.default()
+    return engines.REGISTRY.get(point.engine) or engines.default()
 
 
 def _worker_gpus(worker: WorkerSpec) -> int:

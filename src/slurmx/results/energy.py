@@ -165,14 +165,19 @@ def _cell(cells: list[str], where: dict[str, int | None], role: str) -> str:
 def read_telemetry(csv_path: Path, window: Window | None = None, max_gap_s: float = MAX_SAMPLE_GAP_S) -> Telemetry:
     """The sampler's CSV (or an nvidia-smi query's); rows far outside the window are not kept."""
     out = Telemetry()
+    if not csv_path.is_file():  # absent, or not a file (a directory)
+        return Telemetry(reasons=["telemetry_file_missing"])
     try:
         lines = csv_path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return Telemetry(reasons=["telemetry_file_missing"])
-    rows = list(csv.reader(lines))
-    if not rows:
+    except OSError:  # there but not readable (permissions, an I/O error)
+        return Telemetry(reasons=["telemetry_file_unreadable"])
+    if not lines:
         return Telemetry(reasons=["telemetry_file_empty"])
-    header = [name.strip() for name in rows[0]]
+    reader = csv.reader(lines)
+    try:
+        header = [name.strip() for name in next(reader, [])]
+    except csv.Error:
+        return Telemetry(reasons=["telemetry_file_unreadable"])
     where = {role: header.index(name) if name is not None else None for role, name in _columns(header).items()}
     missing = [
         ("time", "timestamp_column_missing"),
@@ -188,25 +193,29 @@ def read_telemetry(csv_path: Path, window: Window | None = None, max_gap_s: floa
     powers: dict[str, dict[float, list[float]]] = {}
     counters: dict[str, dict[float, float]] = {}
     unnamed = False  # a sample without its GPU's id: said once, after the rows (InferenceX's reason order)
-    for row in rows[1:]:
-        cells = [text.strip() for text in row]
-        cell = functools.partial(_cell, cells, where)
-        at = parse_timestamp(cell("time"))
-        if at is None or not math.isfinite(at):
-            _append(out.reasons, "invalid_timestamp_sample")
-            continue
-        if not keep_from <= at <= keep_to:
-            continue
-        watts, gpu = parse_number(cell("power")), cell("gpu")
-        if watts is None or not math.isfinite(watts) or watts < 0:
-            _append(out.reasons, "invalid_power_sample")
-        elif not gpu:
-            unnamed = True
-        else:
-            powers.setdefault(gpu, {}).setdefault(at, []).append(watts)  # equal timestamps are averaged below
-            joules = parse_number(cell("energy")) if where["energy"] is not None else None
-            if joules is not None:
-                counters.setdefault(gpu, {})[at] = joules
+    try:
+        for row in reader:
+            cells = [text.strip() for text in row]
+            cell = functools.partial(_cell, cells, where)
+            at = parse_timestamp(cell("time"))
+            if at is None or not math.isfinite(at):
+                _append(out.reasons, "invalid_timestamp_sample")
+                continue
+            if not keep_from <= at <= keep_to:
+                continue
+            watts, gpu = parse_number(cell("power")), cell("gpu")
+            if watts is None or not math.isfinite(watts) or watts < 0:
+                _append(out.reasons, "invalid_power_sample")
+            elif not gpu:
+                unnamed = True
+            else:
+                powers.setdefault(gpu, {}).setdefault(at, []).append(watts)  # equal timestamps are averaged below
+                joules = parse_number(cell("energy")) if where["energy"] is not None else None
+                if joules is not None:
+                    counters.setdefault(gpu, {})[at] = joules
+    except csv.Error:  # a row the reader refuses (a field over its size limit): the file is not read, as InferenceX
+        _append(out.reasons, "telemetry_file_unreadable")
+        return Telemetry(reasons=out.reasons)
     if unnamed:
         _append(out.reasons, "gpu_identity_missing")
     if not powers:  # however many rows were refused, as InferenceX says it
@@ -243,10 +252,15 @@ def integrate(
     max_gap_s: float = MAX_SAMPLE_GAP_S,
 ) -> Energy:
     """InferenceX's integrate_power on parsed samples, plus peak power and the counter's view."""
-    reasons = list(telemetry.reasons)
     if not (math.isfinite(window.start_unix) and math.isfinite(window.end_unix)) or window.duration_s <= 0:
         return Energy(False, ["invalid_benchmark_window"], [], {}, {}, {})
-    if not telemetry.power and not reasons:
+    if not (math.isfinite(max_gap_s) and max_gap_s > 0):  # no gap could pass: nothing is judged
+        return Energy(False, ["invalid_max_sample_gap"], [], {}, {}, {})
+    # a point of no GPUs is said first, before what the file says, as InferenceX orders them
+    reasons = ["invalid_expected_gpu_count"] if expected_num_gpus is not None and expected_num_gpus <= 0 else []
+    for reason in telemetry.reasons:
+        _append(reasons, reason)
+    if not telemetry.power and not telemetry.reasons:
         _append(reasons, "no_usable_power_samples")
     gpu_ids = sorted(telemetry.power, key=lambda g: (0, int(g), "") if g.isdigit() else (1, 0, g))
     if expected_num_gpus is not None and expected_num_gpus > 0 and gpu_ids and len(gpu_ids) != expected_num_gpus:

@@ -450,22 +450,40 @@ def _warnings(server: ServerMetrics, source: MetricsSource) -> list[str]:
 
 
 def kv_pool_tokens(engine_logs: Sequence[Path], pattern: KvPoolLog | None = None) -> int | None:
-    """Tokens of KV cache the engine allocated, from its pool-size log line (`Engine.kv_pool_log`); the last
-    line per engine core, summed over DP ranks: those of one log, and those of every node's log of a
-    multinode engine (each node logs its own ranks)."""
+    """Tokens of KV cache the engine allocated, from its pool-size log line (`Engine.kv_pool_log`), summed over
+    the logs (every node's log of a multinode engine: each node logs its own ranks)."""
     pattern = pattern or engines.default().kv_pool_log
+    pools = [pool for log in engine_logs if (pool := _log_pool_tokens(log, pattern)) is not None]
+    return sum(pools) if pools else None
+
+
+def _log_pool_tokens(log: Path, pattern: KvPoolLog) -> int | None:
+    """One log's pools: the last line of each tagged rank, summed; untagged lines only where no line is tagged
+    (summed or the last, `pattern.untagged`); a lone rank's line counted `pattern.ranks` times."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
     size_re, rank_re = re.compile(pattern.size), re.compile(pattern.rank)
-    per_engine: dict[tuple[int, str], int] = {}
-    for index, log in enumerate(engine_logs):
-        try:
-            text = log.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+    tagged: dict[str, int] = {}
+    untagged: list[int] = []
+    for line in text.splitlines():
+        if pattern.marker not in line or not (size := size_re.search(line)):
             continue
-        for line in text.splitlines():
-            if pattern.marker not in line or not (size := size_re.search(line)):
-                continue
-            tag = rank_re.search(line)
-            per_engine[index, tag.group("tag") if tag else pattern.default_rank] = int(
-                size.group("tokens").replace(",", "")
-            )
-    return sum(per_engine.values()) if per_engine else None
+        try:
+            tokens = int(size.group("tokens").replace(",", ""))
+        except ValueError:  # a run of commas and no digit
+            continue
+        if tokens <= 0:
+            continue
+        if tag := rank_re.search(line):
+            tagged[tag.group("tag")] = tokens
+        else:
+            untagged.append(tokens)
+    pools = list(tagged.values()) or (untagged if pattern.untagged == "sum" else untagged[-1:])
+    if not pools:
+        return None
+    ranks = re.search(pattern.ranks, text) if pattern.ranks else None
+    if len(pools) == 1 and ranks and int(ranks.group("ranks")) > 1:
+        return pools[0] * int(ranks.group("ranks"))
+    return sum(pools)

@@ -198,6 +198,11 @@ class SweepDir:
     def report_html(self) -> Path:
         return self.path / "report.html"
 
+    @property
+    def inferencex_json(self) -> Path:
+        """InferenceX's agg_<key>.json: its list of aggregates (written by collect --format inferencex)."""
+        return self.path / f"agg_{self.config_key}.json"
+
 
 @dataclass(frozen=True)
 class ResultsTree:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from slurmx import engines
+from slurmx import backends, engines
+from slurmx.backends import Backend
 from slurmx.config.clusters import ClusterProfile
+from slurmx.config.srt import named_recipe
 from slurmx.engines import Engine
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
@@ -14,7 +16,7 @@ from slurmx.node.preflight import memory_margin_bytes
 from slurmx.plan import NodeLayout, Point, node_layout, server_gpus
 from slurmx.recipes.resolve import implementation, resolve
 from slurmx.recipes.spec import Implementation, ServingSpec
-from slurmx.recipes.srt import SrtRefused, named_recipe, srt_serving
+from slurmx.recipes.srt import SrtRefused, checkout_recipe, srt_serving
 from slurmx.runtimes import Runtime, runtime_for
 from slurmx.slurm.request import SlurmRequest, slurm_request
 from slurmx.submit.disagg import WHY_NOT_SUBMITTED
@@ -81,14 +83,21 @@ def point_request(point: Point, profile: ClusterProfile, serving: ServingSpec | 
     )
 
 
-def why_not_runnable(point: Point, profile: ClusterProfile, engine: Engine | None = None) -> str | None:
+def why_not_runnable(
+    point: Point, profile: ClusterProfile, engine: Engine | None = None, backend: Backend[Any] | None = None
+) -> str | None:
     """Why slurmx cannot start this planned point's processes on this hardware, or None. Plan still shows
     its request; render lists it with this reason; submit refuses it."""
     layout = node_layout(point, profile.gpus_per_node)
     if point.multinode and layout.ranks_per_node == 0 and not point.disagg and point.prefill is not None:
         worker = point.prefill
         worker_gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size)
-        engine = engine or engines.get(point.framework)
+        engine = engine or engines.get(point.engine)
+        backend = backend or backends.get(point.backend_name)
+        if backend.rank_span_refusal is not None:  # named by the row's srt-slurm recipe, where it names one
+            named = named_recipe(worker.additional_settings)
+            where = f"{named}: " if named else ""
+            return f"{where}kv-offload-backend {backend.name} over {layout.nodes} nodes: {backend.rank_span_refusal}"
         return engine.rank_span_problem(worker_gpus, profile.gpus_per_node)
     return None
 
@@ -155,7 +164,7 @@ def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved
     for point in points:  # a row naming an srt-slurm recipe the checkout lacks: that, before anything else
         if point.multinode and not point.disagg and inputs.inferencex is not None:
             try:
-                named_recipe(inputs.inferencex, point)
+                checkout_recipe(inputs.inferencex, point)
             except SrtRefused as missing:
                 raise UserError(str(missing)) from None
     implemented = [implementation(point) for point in points]  # every point's engine and backend, once
@@ -164,7 +173,7 @@ def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved
     for point, parts in zip(points, implemented, strict=True):
         profile = inputs.submittable_profile(point)
         assert profile.slurm is not None
-        why = why_not_runnable(point, profile, parts.engine)
+        why = why_not_runnable(point, profile, parts.engine, parts.backend)
         if why is not None:
             refused.append((point, why))
             continue

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmx.config.srt import SrtRecipe, read_recipe
+from slurmx.config.srt import SrtRecipe
 from slurmx.errors import UserError
 from slurmx.process import Process
 from slurmx.submit.resolved import Resolved
@@ -23,13 +23,14 @@ from slurmx.upstream.facts import (
     upstream_facts,
 )
 from slurmx.upstream.inferencex import LIB, aiperf_revision
-from slurmx.upstream.launcher import LAUNCHER, Launch, launch_facts, sandboxed
+from slurmx.upstream.launcher import LAUNCHER, Launch, launch_facts, launcher_path, sandboxed
 from slurmx.upstream.srt import (
     ENGINE,
     FRONTEND,
-    config_file,
     engine_facts,
     frontend_facts,
+    health_window_s,
+    launched_recipe,
     replay_script,
     request_facts,
 )
@@ -111,18 +112,15 @@ def compare_multinode(
 ) -> PointCompare:
     """An aggregated multinode point against the srt-slurm recipe its row names (upstream/srt.py): the head's
     engine flags and env, its readiness window, the replay (benchmark.command, captured), the request."""
-    path = config_file(tree, item.point)
-    if path is None:
-        raise UserError(
-            f"{item.point.config_key} {item.point.exp_name}: the row names no CONFIG_FILE (its srt-slurm recipe)"
-        )
-    recipe = read_recipe(path)
+    assert item.serving is not None
+    with tempfile.TemporaryDirectory(prefix="slurmx-srt-") as work:
+        recipe = launched_recipe(tree, item.point, Path(work))
     upstream = srt_upstream(tree, recipe)
     cap, captured = capture_facts(item, upstream)
     theirs = {k: per_conc_paths(v, item, recipe) for k, v in captured.items() if k[0] in SRT_COMPARED - {ENGINE}}
-    assert item.serving is not None
+    window = health_window_s(recipe, launcher_path(tree, item.point))
     engine = item.serving.implementation.engine
-    theirs.update(engine_facts(recipe, engine))
+    theirs.update(engine_facts(recipe, engine, window))
     theirs.update(request_facts(recipe))
     compared = SRT_COMPARED
     if engine.frontend is not None:  # Dynamo's frontend in front of the worker: compared too

@@ -61,7 +61,7 @@ def capture_point(point: Point, upstream: Upstream) -> Captured:
 
 
 def _engine(c: Captured) -> Started | None:
-    programs = engines.get(c.point.framework).upstream_programs
+    programs = engines.get(c.point.engine).upstream_programs
     return next((s for s in c.capture.started if programs.get(program_of(s, programs)) == "engine"), None)
 
 
@@ -71,13 +71,13 @@ def _engine_started(c: Captured) -> tuple[list[str], list[str], dict[str, str]] 
     s = _engine(c)
     if s is None:
         return None
-    words = program_of(s, engines.get(c.point.framework).upstream_programs).split()
+    words = program_of(s, engines.get(c.point.engine).upstream_programs).split()
     return words, s.argv[len(words) - 1 :], s.env_delta(c.capture.base_env)
 
 
 def _connector(c: Captured, flags: Flags) -> dict[str, Any] | None:
     """The offload settings among the engine's flags (the engine knows where: a connector's JSON)."""
-    return engines.get(c.point.framework).offload_in(flags)
+    return engines.get(c.point.engine).offload_in(flags)
 
 
 LOCAL_URL = re.compile(r"(localhost|127\.0\.0\.1|0\.0\.0\.0):\d+")  # a port on the node: slurmx picks its own
@@ -94,7 +94,7 @@ def router_data(captured: Sequence[Captured]) -> dict[str, Any] | None:
     only its points' replays get."""
     routed: list[tuple[Captured, list[str]]] = []
     for c in captured:
-        roles = engines.get(c.point.framework).upstream_programs
+        roles = engines.get(c.point.engine).upstream_programs
         started = [s for s in c.capture.started if roles.get(program_of(s, roles)) == "router"]
         if started:  # the router's program, by its leading arguments too (`python3 -m sglang_router.launch_router`)
             words = program_of(started[-1], roles).split()
@@ -163,7 +163,7 @@ def observe(captured: Sequence[Captured]) -> tuple[list[Observed], dict[str, lis
     """Each point's engine flags (computed ones taken out), each arm's connector JSONs, and the draft model.
     Env naming the server's port is slurmx's to set (it picks the port on the node), and aiperf's own settings
     (which the script's shell also hands the engine) are the replay's: neither is observed here."""
-    engine = engines.get(captured[0].point.framework)
+    engine = engines.get(captured[0].point.engine)
     observed: list[Observed] = []
     connectors: dict[str, list[Flags]] = {}
     draft: dict[str, str] = {}
@@ -227,7 +227,7 @@ def arm_capture(c: Captured) -> ArmCapture:
     """What the point's script handed the backend beyond the connector JSON: the files its engine's env names,
     the flags of the backend's own servers, what it pip-installs and import-checks, and what it measured by df."""
     engine = _engine(c)
-    roles = engines.get(c.point.framework).upstream_programs
+    roles = engines.get(c.point.engine).upstream_programs
     started = c.capture.started
     servers = {name: parse_flags(s.argv)[1] for s, name in zip(started, process_names(started), strict=True)
                if name is not None and program_of(s, roles) not in roles}  # fmt: skip
@@ -258,7 +258,7 @@ def _engine_flags(c: Captured) -> Flags:
     found, started = _engine_started(c), _engine(c)
     if found is None or started is None:
         return {}
-    return engines.get(c.point.framework).inline_files(parse_flags(found[1])[1], started.files)
+    return engines.get(c.point.engine).inline_files(parse_flags(found[1])[1], started.files)
 
 
 def arm_knobs(arm: str, configs: list[Flags], points: list[Point], captured: Sequence[Captured] = ()) -> dict[str, Any]:
@@ -273,7 +273,7 @@ def arm_knobs(arm: str, configs: list[Flags], points: list[Point], captured: Seq
         knobs = backend.knobs_from_connector(configs, [*points, *(c.point for c in probes)], seen)
     except ValueError as why:
         raise ImportRefused(f"arm {arm}: {why}") from None
-    routers = frozenset(p for c in captured for p in _routers(c.point.framework))
+    routers = frozenset(p for c in captured for p in _routers(c.point.engine))
     return {**knobs, **install_knobs(arm, backend.distribution, seen, routers)}
 
 
@@ -319,7 +319,7 @@ def recipe_data(key: str, captured: Sequence[Captured], derived: Derived, draft:
     assert found is not None  # observe() refused the key otherwise
     command, argv, _ = found
     positional, _ = parse_flags(argv)
-    engine_of = engines.get(point.framework)
+    engine_of = engines.get(point.engine)
     blocks = sorted({engine_of.block_size(_engine_flags(c)) for c in captured})  # the engine's own, per point
     if len(blocks) > 1:
         raise ImportRefused(f"{key}: the points run with different KV block sizes ({', '.join(map(str, blocks))})")
@@ -426,7 +426,7 @@ def _typed_pins(c: Captured) -> frozenset[str]:
     one pip installs beside that wheel (the arm's `requires`)."""
     backend = backends.get(arm_of(c.point)).distribution
     beside = beside_wheel(arm_capture(c).pip_groups, backend) if backend is not None else frozenset()
-    return _routers(c.point.framework) | beside
+    return _routers(c.point.engine) | beside
 
 
 def beside_wheel(groups: Sequence[frozenset[str]], distribution: str) -> frozenset[str]:

@@ -25,7 +25,7 @@ def script_candidates(point: Point) -> list[str]:
     gpu = point.runner.removeprefix("cluster:").split("-")[0]
     base = f"{point.exp_name.split('_')[0]}_{point.precision}_{gpu}"
     mtp = "_mtp" if point.spec_decoding == "mtp" else ""
-    engine = engines.REGISTRY.get(point.framework)
+    engine = engines.REGISTRY.get(point.engine)
     fallback = engine.script_suffix if engine is not None else ""  # a framework slurmx has no engine for: bare
     return [f"{base}_{point.framework}{mtp}.sh", f"{base}{fallback}{mtp}.sh"]
 

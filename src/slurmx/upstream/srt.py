@@ -12,23 +12,39 @@ replay is `benchmark.command` (benchmarks/multi_node/agentic_srt.sh), run under 
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from slurmx.config.srt import LAUNCHER_HEALTH_WINDOW_S, SrtRecipe, minutes, recipe_path, srt_argv
+from slurmx.config.srt import (
+    CONFIG_FILE,
+    SRT_HEALTH_INTERVAL_S,
+    SrtRecipe,
+    load_recipe,
+    minutes,
+    read_recipe,
+    recipe_path,
+    srt_argv,
+)
 from slurmx.engines import Engine
+from slurmx.errors import UserError
 from slurmx.plan import Point
 from slurmx.recipes.srt import worker_launcher
 from slurmx.upstream.facts import MODEL_PATH, Facts, argv_facts, env_facts
 from slurmx.upstream.launcher import LAUNCHER
 
 WORKSPACE = "/infmax-workspace"  # where srt-slurm mounts the InferenceX checkout (benchmark.command's paths)
+INJECTOR = Path("runners/inject_synthetic_acceptance.py")  # the launchers' recipe rewrite for SYNTHETIC_ACCEPTANCE
 FRONTEND = "router"  # the slurmx process Dynamo's frontend is (it stands where a router stands)
 ENGINE = "engine"  # the slurmx process the aggregated workers are (the head's, compared; every node runs the same)
 
 
 def config_file(tree: Path, point: Point) -> Path | None:
-    """The srt-slurm recipe a multinode point's row names, in DIR; None for a row without one."""
+    """The srt-slurm recipe a multinode point's row names, in DIR (config/srt.py's recipe_path)."""
     return recipe_path(tree, point.prefill.additional_settings if point.prefill is not None else None)
 
 
@@ -39,28 +55,47 @@ def replay_script(recipe: SrtRecipe) -> str | None:
     return script.removeprefix(WORKSPACE + "/") if script else None
 
 
-def engine_facts(recipe: SrtRecipe, engine: Engine | None = None) -> Facts:
+# a launcher's rewrite of every recipe's health_check before `srtctl apply`: the polls by sed (launch_b200-dgxc.sh,
+# launch_b200-nscale-slurm.sh: `sed -i 's/^  max_attempts: [0-9]*/  max_attempts: 720/'`), or the whole section
+# replaced by printf (launch_h200-dgxc-slurm.sh: `printf '\nhealth_check:\n  max_attempts: 720\n  interval_seconds: 10\n'`)
+_ATTEMPTS_SED = re.compile(r"s/\^  max_attempts: \[0-9\]\*/  max_attempts: (\d+)/")
+_SECTION_PRINTF = re.compile(r"printf '\\nhealth_check:\\n  max_attempts: (\d+)\\n  interval_seconds: (\d+)\\n'")
+
+
+def health_window_s(recipe: SrtRecipe, launcher: Path) -> int:
+    """How long srtctl waits for the deployment: the recipe's health_check polls x interval, as the point's launcher
+    rewrites them where it does (its own sed or printf, read from the script)."""
+    check = recipe.section("health_check")
+    attempts, interval = int(check.get("max_attempts", 0)), int(check.get("interval_seconds", SRT_HEALTH_INTERVAL_S))
+    text = launcher.read_text() if launcher.is_file() else ""
+    if (section := _SECTION_PRINTF.search(text)) is not None:
+        attempts, interval = int(section[1]), int(section[2])
+    elif (polls := _ATTEMPTS_SED.search(text)) is not None:
+        attempts = int(polls[1])
+    return attempts * interval
+
+
+def engine_facts(recipe: SrtRecipe, engine: Engine, window_s: int) -> Facts:
     """The aggregated engine as srtctl starts it, with the recipe's flags and env: behind srt-slurm's direct frontend
-    `<backend type> serve MODEL` (its executable is named after the backend); for an engine behind Dynamo's frontend
-    (`engine.frontend`), Dynamo's worker module with the model by the engine's model flag."""
-    facts: Facts = {}
-    if engine is not None and engine.frontend is not None:
+    `engine.srt_direct_launch` (the model path first where the engine takes it positionally); behind Dynamo's frontend
+    (`engine.frontend`), Dynamo's worker module for the engine with the model by the engine's model flag."""
+    if engine.frontend is not None:
         program, *head = worker_launcher(engine)
-        facts[(ENGINE, "program")] = program
         model = [engine.model_flag or "--model", MODEL_PATH]
-        facts.update(argv_facts(ENGINE, [*head, *model, *srt_argv(recipe.engine_config)], {}))
     else:
-        facts[(ENGINE, "program")] = recipe.backend_type
-        facts.update(argv_facts(ENGINE, ["serve", MODEL_PATH, *srt_argv(recipe.engine_config)], {}))
+        program, *head = engine.srt_direct_launch
+        model = [MODEL_PATH] if engine.model_flag is None else []
+    facts: Facts = {(ENGINE, "program"): program}
+    facts.update(argv_facts(ENGINE, [*head, *model, *srt_argv(recipe.engine_config)], {}))
     facts.update(env_facts(ENGINE, recipe.engine_env, {}))
-    facts[(ENGINE, "startup timeout s")] = str(LAUNCHER_HEALTH_WINDOW_S)
+    facts[(ENGINE, "startup timeout s")] = str(window_s)
     return facts
 
 
 def frontend_facts(recipe: SrtRecipe, engine: Engine) -> Facts:
     """Dynamo's frontend as srtctl starts it in front of the workers: its module with `frontend.args` (srtctl's
-    rendering) and `frontend.env`; what the file asks of it beyond them (a Dynamo build of its own, a setup script
-    before the workers) as facts of what is installed and run first."""
+    rendering) and `frontend.env`; what the file asks beyond them (a Dynamo build of its own, a setup script before
+    the workers) as facts of what is installed and run first."""
     frontend = engine.frontend
     assert frontend is not None
     program, *head = frontend.launcher
@@ -69,12 +104,43 @@ def frontend_facts(recipe: SrtRecipe, engine: Engine) -> Facts:
     facts.update(env_facts(FRONTEND, recipe.frontend_env, {}))
     install = recipe.section("dynamo")
     if install.get("install"):
-        built = install.get("hash") or install.get("version") or "the image's"
-        facts[("provision", "dynamo install")] = str(built)
+        facts[("provision", "dynamo install")] = str(install.get("hash") or install.get("version") or "yes")
     script = recipe.data.get("setup_script")
     if script:
         facts[("provision", "setup script")] = str(script)
     return facts
+
+
+def row_env(point: Point) -> dict[str, str]:
+    """The row's additional-settings as the workflow exports them to the launcher (KEY=VALUE), CONFIG_FILE aside."""
+    settings = point.prefill.additional_settings if point.prefill is not None else None
+    pairs = (s.split("=", 1) for s in settings or [] if "=" in s and not s.startswith(CONFIG_FILE))
+    return {k: v for k, v in pairs}
+
+
+def launched_recipe(tree: Path, point: Point, work: Path) -> SrtRecipe:
+    """The point's srt-slurm recipe as its launcher hands it to srtctl: where the row turns SYNTHETIC_ACCEPTANCE on,
+    after InferenceX's own runners/inject_synthetic_acceptance.py (run unchanged on a copy in `work`, with the row's
+    settings, MODEL_PREFIX and FRAMEWORK as the launchers give them) has rewritten it."""
+    path = config_file(tree, point)
+    if path is None:
+        raise UserError(f"{point.config_key} {point.exp_name}: the row names no CONFIG_FILE (its srt-slurm recipe)")
+    recipe = read_recipe(path)
+    env = row_env(point)
+    if env.get("SYNTHETIC_ACCEPTANCE", "false").strip().lower() != "true":
+        return recipe
+    copy = work / path.name
+    shutil.copyfile(path, copy)
+    injector = tree / INJECTOR
+    given = {**env, "MODEL_PREFIX": point.model_prefix, "FRAMEWORK": point.framework}
+    done = subprocess.run(
+        [sys.executable, str(injector), str(copy), point.framework],
+        env={**os.environ, **given}, capture_output=True, text=True, cwd=work, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise UserError(f"{injector}: exit {done.returncode} on {path.name}: {tail[0]}")
+    return SrtRecipe(path, load_recipe(copy).data)
 
 
 def request_facts(recipe: SrtRecipe) -> Facts:
