@@ -175,5 +175,14 @@ class HiCache(BaseBackend[HiCacheSpec]):
             return {"size-gb": sizes[0]}
         raise ValueError(f"--{SIZE} follows no (budget - reserve x TP) x share // TP and no one size")
 
+    def fixed_knobs(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """A whole-GB --hicache-size per rank, or a --hicache-ratio, as given."""
+        size, ratio = config.get(SIZE), config.get(RATIO)
+        if isinstance(size, int) and not isinstance(size, bool) and RATIO not in config:
+            return {"size-gb": size}
+        if isinstance(ratio, int | float) and not isinstance(ratio, bool) and SIZE not in config:
+            return {"ratio": float(ratio)}
+        return None
+
 
 BACKEND = HiCache()

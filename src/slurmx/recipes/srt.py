@@ -124,8 +124,10 @@ def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, t
             raise SrtRefused(
                 f"{where}: KV offload {connector}; the row's backend {point.backend_name} is {backend.connector}"
             )
-        try:
-            arm = backend.arm_model.model_validate(backend.knobs_from_connector([offload], [point]))
+        try:  # the sizes the file fixes, as given; else what the backend derives from the point's budget
+            knobs = backend.fixed_knobs(offload)
+            knobs = knobs if knobs is not None else backend.knobs_from_connector([offload], [point])
+            arm = backend.arm_model.model_validate(knobs)
         except (ValueError, ValidationError) as why:
             reason = str(why).splitlines()[0]
             raise SrtRefused(
