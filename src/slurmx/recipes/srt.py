@@ -12,6 +12,11 @@ line and field (`SrtRefused`), never a dropped flag.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +24,17 @@ from pydantic import ValidationError
 
 from slurmx.backends import ArmProblem, BackendSpec
 from slurmx.config.srt import (
+    CONFIG_FILE,
     DYNAMO_FRONTEND,
     SrtRecipe,
+    load_recipe,
     minutes,
     read_recipe,
     recipe_path,
     srt_argv,
 )
 from slurmx.digest import file_digest
-from slurmx.engines import Engine
+from slurmx.engines import Engine, NodePart
 from slurmx.errors import UserError
 from slurmx.flags import Flags, FlagValue
 from slurmx.plan import NodeLayout, Point
@@ -36,6 +43,18 @@ from slurmx.recipes.model import Replay
 from slurmx.recipes.spec import Implementation, RouterSpec, ServingSpec
 
 SERVED_NAME = "--served-model-name"  # the worker's argv names it (Engine.argv), from the file's value
+
+
+INJECTOR = Path("runners/inject_synthetic_acceptance.py")  # the launchers' recipe rewrite for SYNTHETIC_ACCEPTANCE
+
+
+# benchmark.env settings benchmark_lib.sh turns into a replay flag (its REPLAY_CMD), as the replay's typed fields
+REPLAY_FIELDS: dict[str, tuple[str, type[int] | type[float]]] = {
+    "AIPERF_LIVE_FAILED_REQUEST_THRESHOLD": ("failed_request_threshold", float),  # --failed-request-threshold
+    "AGENTIC_WARMUP_GRACE_PERIOD": ("warmup_grace_period_s", int),  # --warmup-grace-period
+    "AIPERF_TRACE_IDLE_GAP_CAP_SECONDS": ("trace_idle_gap_cap_s", int),
+}
+REPLAY_FLAGS = {"AIPERF_EXTRA_INPUTS": "--extra-inputs"}  # passed as given when set
 
 
 class SrtRefused(UserError):
@@ -56,6 +75,40 @@ def srt_recipe(tree: Path | None, point: Point) -> SrtRecipe:
         named = next(s for s in settings or [] if s.startswith("CONFIG_FILE="))
         raise SrtRefused(f"{point.config_key}: {named}: the row's srt-slurm recipe is not in the checkout ({path})")
     return read_recipe(path)
+
+
+def row_env(point: Point) -> dict[str, str]:
+    """The row's additional-settings as the workflow exports them to the launcher (KEY=VALUE), CONFIG_FILE aside."""
+    settings = point.prefill.additional_settings if point.prefill is not None else None
+    pairs = (s.split("=", 1) for s in settings or [] if "=" in s and not s.startswith(CONFIG_FILE))
+    return {k: v for k, v in pairs}
+
+
+def launched_recipe(tree: Path, point: Point, work: Path) -> SrtRecipe:
+    """The point's srt-slurm recipe as its launcher hands it to srtctl: where the row turns SYNTHETIC_ACCEPTANCE on,
+    after InferenceX's own runners/inject_synthetic_acceptance.py (run unchanged on a copy in `work`, with the row's
+    settings, MODEL_PREFIX and FRAMEWORK as the launchers give them) has rewritten it."""
+    settings = point.prefill.additional_settings if point.prefill is not None else None
+    path = recipe_path(tree, settings)
+    if path is None:
+        raise UserError(f"{point.config_key} {point.exp_name}: the row names no CONFIG_FILE (its srt-slurm recipe)")
+    recipe = read_recipe(path)
+    env = row_env(point)
+    if env.get("SYNTHETIC_ACCEPTANCE", "false").strip().lower() != "true":
+        return recipe
+    copy = work / path.name
+    shutil.copyfile(path, copy)
+    injector = tree / INJECTOR
+    given = {**env, "MODEL_PREFIX": point.model_prefix, "FRAMEWORK": point.framework}
+    done = subprocess.run(
+        [sys.executable, str(injector), str(copy), point.framework],
+        env={**os.environ, **given}, capture_output=True, text=True, cwd=work, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise UserError(f"{injector}: exit {done.returncode} on {path.name}: {tail[0]}")
+    rewritten = load_recipe(copy)
+    return SrtRecipe(path, rewritten.data, rewritten.index)
 
 
 def checkout_recipe(tree: Path, point: Point) -> SrtRecipe | None:
@@ -149,12 +202,12 @@ def offload_flags(implemented: Implementation, spec: BackendSpec) -> frozenset[s
     return frozenset(f for f in flags if f.startswith("--"))
 
 
-def _worker_flags(recipe: SrtRecipe, offloaded: frozenset[str]) -> tuple[list[str], str | None]:
+def _worker_flags(recipe: SrtRecipe, given: frozenset[str]) -> tuple[list[str], str | None]:
     """The file's worker flags as srtctl renders them, its own parallelism included (srtctl runs exactly it; the
     row's numbers are InferenceX's labels for it), without the served name (the worker's argv names it) and the
-    offload flags the backend gives; and that name."""
+    flags slurmx gives itself (`given`: the backend's offload, the nodes' orchestration); and that name."""
     config = recipe.engine_config
-    kept = {k: v for k, v in config.items() if flag_of(str(k)) not in offloaded | {SERVED_NAME}}
+    kept = {k: v for k, v in config.items() if flag_of(str(k)) not in given | {SERVED_NAME}}
     served = config.get(SERVED_NAME.removeprefix("--"))
     return srt_argv(kept), str(served) if served is not None else None
 
@@ -197,6 +250,31 @@ def _frontend(recipe: SrtRecipe, point: Point, engine: Engine) -> RouterSpec:
     )
 
 
+def replay_of(recipe: SrtRecipe) -> Replay:
+    """The production replay with what the file's benchmark.env sets of it (benchmark_lib.sh's defaults else)."""
+    env = recipe.replay_env
+    fields: dict[str, object] = {}
+    for name, (field, kind) in REPLAY_FIELDS.items():
+        if name in env:
+            try:
+                fields[field] = kind(env[name])
+            except ValueError:
+                raise SrtRefused(f"{recipe.where('benchmark', 'env', name)}: {env[name]!r} is not a number") from None
+    flags = {flag: env[name] for name, flag in REPLAY_FLAGS.items() if env.get(name)}
+    return Replay.model_validate({"kind": "production", **fields, **({"flags": flags} if flags else {})})
+
+
+def node_flag_names(engine: Engine, layout: NodeLayout) -> frozenset[str]:
+    """The flags each node's part of a multinode engine gets from slurmx (addresses and ports of the allocation,
+    chosen at run time, as srtctl chooses its own): a file's value of one is slurmx's, not the file's."""
+    if layout.nodes < 2:
+        return frozenset()
+    parts = (NodePart(i, "head", 1, 2, "node") for i in range(2))
+    return frozenset(
+        f for p in parts for f in engine.node_flags(p, layout.nodes, layout.ranks_per_node) if f[:2] == "--"
+    )
+
+
 def worker_launcher(engine: Engine) -> list[str]:
     """The worker's program, as its engine names the one it starts in the engine's place."""
     return next(program for program, role in engine.upstream_programs.items() if role == "engine").split()
@@ -206,13 +284,16 @@ def srt_serving(tree: Path | None, point: Point, layout: NodeLayout, implemented
     """The point's ServingSpec from its srt-slurm recipe; SrtRefused (one line) when the file cannot serve it."""
     engine = implemented.engine
     recipe = srt_recipe(tree, point)
+    assert tree is not None, "srt_recipe refuses a point without a checkout"
+    with tempfile.TemporaryDirectory(prefix="slurmx-srt-") as work:  # as the launcher hands it to srtctl
+        recipe = launched_recipe(tree, point, Path(work))
     problems = refusals(recipe, point, engine)
     if problems:
         raise SrtRefused(problems[0])
     typed = {flag_of(k): _typed(v) for k, v in recipe.engine_config.items()}
     backend_spec = offload_spec(recipe, point, implemented, typed)
-    flags, served = _worker_flags(recipe, offload_flags(implemented, backend_spec))
     layout = _layout(recipe, layout, engine, typed)
+    flags, served = _worker_flags(recipe, offload_flags(implemented, backend_spec) | node_flag_names(engine, layout))
     revision = recipe.section("identity", "model").get("revision")
     limit = recipe.section("slurm").get("time_limit")
     env = recipe.engine_env
@@ -238,7 +319,7 @@ def srt_serving(tree: Path | None, point: Point, layout: NodeLayout, implemented
         nodes=layout.nodes,
         ranks_per_node=layout.ranks_per_node,
         backend=backend_spec,
-        replay=Replay(kind="production"),
+        replay=replay_of(recipe),
         conc=point.conc,
         duration_s=point.duration_s or 3600,
         time_limit_min=int(minutes(str(limit))) if limit is not None and minutes(str(limit)).isdigit() else None,

@@ -10,6 +10,7 @@ from pathlib import Path
 from slurmx.config.srt import SrtRecipe
 from slurmx.errors import UserError
 from slurmx.process import Process
+from slurmx.recipes.srt import launched_recipe
 from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import CAPTURE_TREE, Capture, Upstream, capture
 from slurmx.upstream.declared import Declared
@@ -30,7 +31,6 @@ from slurmx.upstream.srt import (
     engine_facts,
     frontend_facts,
     health_window_s,
-    launched_recipe,
     replay_script,
     request_facts,
 )

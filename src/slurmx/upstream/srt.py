@@ -12,33 +12,24 @@ replay is `benchmark.command` (benchmarks/multi_node/agentic_srt.sh), run under 
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from slurmx.config.srt import (
-    CONFIG_FILE,
     SRT_HEALTH_INTERVAL_S,
     SrtRecipe,
-    load_recipe,
     minutes,
-    read_recipe,
     recipe_path,
     srt_argv,
 )
 from slurmx.engines import Engine
-from slurmx.errors import UserError
 from slurmx.plan import Point
 from slurmx.recipes.srt import worker_launcher
 from slurmx.upstream.facts import MODEL_PATH, Facts, argv_facts, env_facts
 from slurmx.upstream.launcher import LAUNCHER
 
 WORKSPACE = "/infmax-workspace"  # where srt-slurm mounts the InferenceX checkout (benchmark.command's paths)
-INJECTOR = Path("runners/inject_synthetic_acceptance.py")  # the launchers' recipe rewrite for SYNTHETIC_ACCEPTANCE
 FRONTEND = "router"  # the slurmx process Dynamo's frontend is (it stands where a router stands)
 ENGINE = "engine"  # the slurmx process the aggregated workers are (the head's, compared; every node runs the same)
 
@@ -109,38 +100,6 @@ def frontend_facts(recipe: SrtRecipe, engine: Engine) -> Facts:
     if script:
         facts[("provision", "setup script")] = str(script)
     return facts
-
-
-def row_env(point: Point) -> dict[str, str]:
-    """The row's additional-settings as the workflow exports them to the launcher (KEY=VALUE), CONFIG_FILE aside."""
-    settings = point.prefill.additional_settings if point.prefill is not None else None
-    pairs = (s.split("=", 1) for s in settings or [] if "=" in s and not s.startswith(CONFIG_FILE))
-    return {k: v for k, v in pairs}
-
-
-def launched_recipe(tree: Path, point: Point, work: Path) -> SrtRecipe:
-    """The point's srt-slurm recipe as its launcher hands it to srtctl: where the row turns SYNTHETIC_ACCEPTANCE on,
-    after InferenceX's own runners/inject_synthetic_acceptance.py (run unchanged on a copy in `work`, with the row's
-    settings, MODEL_PREFIX and FRAMEWORK as the launchers give them) has rewritten it."""
-    path = config_file(tree, point)
-    if path is None:
-        raise UserError(f"{point.config_key} {point.exp_name}: the row names no CONFIG_FILE (its srt-slurm recipe)")
-    recipe = read_recipe(path)
-    env = row_env(point)
-    if env.get("SYNTHETIC_ACCEPTANCE", "false").strip().lower() != "true":
-        return recipe
-    copy = work / path.name
-    shutil.copyfile(path, copy)
-    injector = tree / INJECTOR
-    given = {**env, "MODEL_PREFIX": point.model_prefix, "FRAMEWORK": point.framework}
-    done = subprocess.run(
-        [sys.executable, str(injector), str(copy), point.framework],
-        env={**os.environ, **given}, capture_output=True, text=True, cwd=work, check=False,
-    )  # fmt: skip
-    if done.returncode:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise UserError(f"{injector}: exit {done.returncode} on {path.name}: {tail[0]}")
-    return SrtRecipe(path, load_recipe(copy).data)
 
 
 def request_facts(recipe: SrtRecipe) -> Facts:
