@@ -83,6 +83,11 @@ class SrtRecipe:
             node = node.get(key) if isinstance(node, dict) else None
         return node if isinstance(node, dict) else {}
 
+    def error(self, keys: tuple[str, ...], message: str) -> ConfigError:
+        """A bad value of the file: `file:line: a.b.c: message`."""
+        line = self.index.line_of(self.data, keys) if self.index is not None else None
+        return ConfigError(self.path, line, ".".join(keys), message)
+
     def where(self, *keys: str) -> str:
         """`file:line: a.b.c` of a field, as a one-line error names it."""
         line = self.index.line_of(self.data, keys) if self.index is not None else None

@@ -219,8 +219,9 @@ def _layout(recipe: SrtRecipe, layout: NodeLayout, engine: Engine, typed: Flags)
     resources = recipe.section("resources")
     nodes = resources.get("agg_nodes", layout.nodes)
     per_node = resources.get("gpus_per_node", layout.gpus_per_node)
-    if not (isinstance(nodes, int) and isinstance(per_node, int) and nodes > 0 and per_node > 0):
-        raise SrtRefused(f"{recipe.where('resources')}: agg_nodes and gpus_per_node are whole numbers")
+    for name, value in (("agg_nodes", nodes), ("gpus_per_node", per_node)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise recipe.error(("resources", name), f"{value!r} is not a whole number of nodes or GPUs")
     rank, ranks = engine.rank_gpus(typed)
     if rank * ranks != nodes * per_node:
         raise SrtRefused(
@@ -259,7 +260,7 @@ def replay_of(recipe: SrtRecipe) -> Replay:
             try:
                 fields[field] = kind(env[name])
             except ValueError:
-                raise SrtRefused(f"{recipe.where('benchmark', 'env', name)}: {env[name]!r} is not a number") from None
+                raise recipe.error(("benchmark", "env", name), f"{env[name]!r} is not a number") from None
     flags = {flag: env[name] for name, flag in REPLAY_FLAGS.items() if env.get(name)}
     return Replay.model_validate({"kind": "production", **fields, **({"flags": flags} if flags else {})})
 
