@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
+from slurmx import backends
 from slurmx.cli import main
+from slurmx.config.clusters import ClusterProfile, ClustersFile
 from slurmx.config.load import load_clusters, load_masters
+from slurmx.config.master import MultiNodeConfig, SingleNodeConfig
 from slurmx.errors import ConfigError
 from slurmx.plan import expand, expand_each
+from slurmx.recipes.model import Recipe
 
 CLUSTERS = """\
 hardware:
@@ -677,3 +683,61 @@ def test_an_unknown_field_in_a_snake_case_section_gets_its_hint(tmp_path: Path, 
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"slurmx: error: {tmp_path}/{line}\n")
+
+
+# A value of the wrong type, through the whole `slurmx plan` process: the strict models report bool_type and int_type
+# (what load.py's message reads), a Literal field literal_error, and a multinode that is no bool is caught before
+# the schema is picked.
+WRONG_TYPES = [
+    (_entry("{ tp: 8, ep: 1, dp-attn: maybe, kv-offloading: none, conc-list: [4] }"),
+     "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].dp-attn: Input should be a valid boolean, "
+     "got 'maybe'"),
+    (_entry("{ tp: eight, kv-offloading: none, conc-list: [4] }"),
+     "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].tp: Input should be a valid integer, got 'eight'"),
+    (MASTER.replace("multinode: false", "multinode: 3"), "master.yaml:8: k.multinode: must be true or false, got 3"),
+    (_entry("{ tp: 8, spec-decoding: eagle, kv-offloading: none, conc-list: [4] }"),
+     "master.yaml:13: k.scenarios.agentic-coding[0].search-space[0].spec-decoding: Input should be 'none', 'mtp' or "
+     "'draft_model', got 'eagle'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("master", "expected"), WRONG_TYPES, ids=["dp-attn", "tp", "multinode", "spec-decoding"])
+def test_a_wrong_type_is_one_line_from_the_plan_process(tmp_path: Path, master: str, expected: str) -> None:
+    (tmp_path / "master.yaml").write_text(master)
+    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
+    config, clusters = str(tmp_path / "master.yaml"), str(tmp_path / "clusters.yaml")
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmx", "plan", "k", "--config", config, "--clusters", clusters],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"slurmx: error: {tmp_path}/{expected}\n"
+
+
+def _models_within(model: type[BaseModel], found: set[type[BaseModel]]) -> set[type[BaseModel]]:
+    """`model` and every model its fields hold (in lists, dicts, unions), at any depth."""
+    if model in found:
+        return found
+    found.add(model)
+    pending = [f.annotation for f in model.model_fields.values()]
+    while pending:
+        annotation = pending.pop()
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            _models_within(annotation, found)
+        pending.extend(typing.get_args(annotation))
+    return found
+
+
+def test_every_model_the_loader_validates_is_strict() -> None:
+    """config/load.py's message names a wrong type by the kinds a strict model reports (`<type>_type`); a lax model
+    would report `bool_parsing` or `int_parsing`, which it does not name (they were never reported)."""
+    roots = [SingleNodeConfig, MultiNodeConfig, ClustersFile, ClusterProfile, Recipe]
+    roots += [backend.arm_model for backend in backends.REGISTRY.values()]
+    models: set[type[BaseModel]] = set()
+    for root in roots:
+        _models_within(root, models)
+    assert len(models) > len(roots)  # the walk reached nested sections
+    lax = sorted(m.__qualname__ for m in models if not m.model_config.get("strict"))
+    assert lax == []

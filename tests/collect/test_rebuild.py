@@ -19,6 +19,7 @@ from slurmx.results.schema import Result
 from slurmx.store import ledger
 from slurmx.store.tree import PointDir, ResultsTree, SweepDir
 from slurmx.submit.resolved import resolve_points
+from tests.helpers.strict_json import strict
 
 KEY = "tiny-fp32-local-vllm-agentic-lmcache"
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "aiperf" / "lmcache-replay"
@@ -206,3 +207,21 @@ def test_a_point_replayed_in_rounds_rebuilds_from_every_round(
     assert (data["slurmx"]["rounds"], data["slurmx"]["stopped_by"]) == (2, "certified")
     assert data["slurmx"]["certification"]["metrics"]["ttft"]["p90"]["count"] == 36
     assert _rebuild(capsys, root, point.point_id)[point.point_id]["status"] == "unchanged"
+
+
+def test_rebuild_json_is_json_when_an_old_file_holds_infinity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An older slurmx wrote a headline that is not finite as `Infinity` (Python's json): the outcome printed names it
+    null and parses with a strict parser; the rebuilt headline is today's figure."""
+    root = tmp_path / "results"
+    sweep = _sweep(root)
+    point = sorted(sweep.points(), key=lambda p: p.point_id)[0]
+    today = json.loads(point.result_json.read_text())["request_metrics"]["latency"]["e2e_norm_intvty"]["p90"]
+    _edit(point, {"request_metrics.latency.e2e_norm_intvty.p90": float("inf")})
+    assert "Infinity" in point.result_json.read_text()
+    capsys.readouterr()
+    assert main(["rebuild", "--results", str(root), "--json", "--dry-run", point.point_id]) == 0
+    (outcome,) = strict(capsys.readouterr().out)["points"]
+    assert outcome["status"] == "changed"
+    assert (outcome["old_headline"], outcome["new_headline"]) == (None, today)

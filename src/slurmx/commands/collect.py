@@ -19,7 +19,6 @@ crossed, 2 for a KEY, SWEEP or BASELINE that does not exist.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -141,8 +140,7 @@ def _stderr() -> Console:
 def _nothing(args: argparse.Namespace, root: Path, err: Console) -> int:
     note = f"nothing to collect: no result.json under {root}"
     if args.json:
-        json.dump({"root": str(root), "sweeps": [], "skipped": [], "note": note}, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(atomic.dumps({"root": str(root), "sweeps": [], "skipped": [], "note": note}, indent=1) + "\n")
     else:
         err.print(note, soft_wrap=True, markup=False, highlight=False)
     return 0
@@ -501,7 +499,7 @@ def _print_json(
     if plot_note:
         out["note"] = plot_note
     out.update(extra)
-    sys.stdout.write(json.dumps(out, indent=1) + "\n")  # one write: json.dump writes every token
+    sys.stdout.write(atomic.dumps(out, indent=1) + "\n")  # one write: json.dump writes every token
 
 
 def _short(path: Path, root: Path) -> str:

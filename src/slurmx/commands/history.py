@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 
 from slurmx.collect.compare import parse_threshold
@@ -26,6 +25,7 @@ from slurmx.errors import UserError
 from slurmx.history import changes as ch
 from slurmx.history import index
 from slurmx.history.series import FILTERS, Only, Series, history
+from slurmx.store import atomic
 
 DEFAULT_METRIC = "e2e_norm_intvty_p90"  # collect's headline (North Star) metric
 
@@ -81,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
             "fail_on_regression": threshold,
             "regressions": [f"{s.label}: {f.change.pct:+.1f}% at {f.sweep.sweep_id}" for s, f in regressions],
         }
-        json.dump(out, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(atomic.dumps(out, indent=1) + "\n")
     else:
         for s in series:
             _print_series(s, metric.label, metric.spec)

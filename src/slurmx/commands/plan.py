@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from slurmx.inputs import Inputs
 from slurmx.plan import Point
 from slurmx.recipes.resolve import implementation, match_values, near_recipe, nearest_hint, resolve
 from slurmx.recipes.spec import ServingSpec
+from slurmx.store import atomic
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -140,7 +140,7 @@ def json_rows(rows: list[dict[str, Any]]) -> str:
     a third of `plan --all`'s time), still readable and diffable line by line."""
     if not rows:
         return "[]\n"
-    return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]\n"
+    return "[\n" + ",\n".join(atomic.dumps(row) for row in rows) + "\n]\n"
 
 
 def _print_tables(loaded: Inputs, notes: RecipeNotes, advised: dict[str, str]) -> None:

@@ -11,7 +11,6 @@ Exit 0, 2 for a KEY, SWEEP or POINT that does not exist.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from slurmx import paths
 from slurmx.collect import collect as col
 from slurmx.collect import finish
 from slurmx.collect.rebuild import Outcome, rebuild_run, runs_of
+from slurmx.store import atomic
 from slurmx.store.targets import resolve
 from slurmx.store.tree import ResultsTree, SweepDir
 
@@ -58,8 +58,7 @@ def run(args: argparse.Namespace) -> int:
             "points": [o.json() for o in outcomes],
             "sweeps": [str(s.path) for s in touched],
         }
-        json.dump(out, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(atomic.dumps(out, indent=1) + "\n")
         return 0
     for o in outcomes:
         sys.stdout.write(_line(o, tree.root) + "\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from rich.text import Text
 
 from slurmx import paths
 from slurmx.status import UNREADABLE, SweepStatus, sweep_statuses
+from slurmx.store import atomic
 from slurmx.store.targets import resolve
 from slurmx.store.tree import ResultsTree, SweepDir
 
@@ -136,8 +136,7 @@ def run(args: argparse.Namespace) -> int:
     target = resolve(tree, args.target, allow_point=False)
     statuses, query = sweep_statuses(target.sweeps)
     if args.json:
-        json.dump([p.to_json() for s in statuses for p in s.points], sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(atomic.dumps([p.to_json() for s in statuses for p in s.points], indent=1) + "\n")
         return 0
     console = Console(width=None if sys.stdout.isatty() else 160)
     if not args.watch:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from slurmx import paths
 from slurmx.commands.common import add_config_options, add_until_options, load_points, report_key_errors, until_of
 from slurmx.errors import UserError
 from slurmx.slurm.sbatch import array_id
+from slurmx.store import atomic
 from slurmx.store.tree import ResultsTree
 from slurmx.submit.decide import Mode
 from slurmx.submit.stage import KeyReport, submit_key
@@ -75,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
         except UserError as error:
             refused.append(error)
     if args.json:
-        json.dump([r.to_json() for r in reports], sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(atomic.dumps([r.to_json() for r in reports], indent=1) + "\n")
     else:
         console = Console(width=None if sys.stdout.isatty() else 160)
         for report in reports:

@@ -82,13 +82,17 @@ class KvPoolLog:
     `size` holds a `tokens` group, `rank` a `tag` group naming the pool's owner (one per data-parallel rank).
     Lines without a tag count only in a log with no tagged line: summed when each comes from its own pool
     (`untagged="sum"`), else the last. `ranks` (a `ranks` group, read anywhere in the log) is how many pools a
-    log stands for when one rank alone logged the line (docs/kv-pool-log.md says which engine logs what)."""
+    log stands for when one rank alone logged the line. `shared`: every rank logs the one pool its TP/PP group
+    shards between them (each rank its heads or layers of the same tokens): a log's ranks are one pool, times the
+    engine's attention-DP ranks, each of which holds a pool of its own (docs/kv-pool-log.md says which engine logs
+    what)."""
 
     marker: str
     size: str
     rank: str
     untagged: Literal["sum", "last"] = "last"
     ranks: str | None = None
+    shared: bool = False
 
 
 @dataclass(frozen=True)

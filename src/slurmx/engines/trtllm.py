@@ -71,12 +71,15 @@ METRICS = EngineMetrics(
         "bytes_cpu_to_gpu": "trtllm_kv_cache_onboard_bytes",
     },
 )
-# "[TensorRT-LLM][INFO] [MemUsageChange] Allocated N GiB for max tokens in paged KV cache (T)." (the C++ KV cache
-# manager's line at start, one per rank; from its source's wording, not checked against a log: no TRT-LLM runs here)
+# "[MemUsageChange] Allocated N GiB for max tokens in paged KV cache (T)." (the C++ KVCacheManager::allocatePools, on
+# every rank; "[TRT-LLM] [I] [batchmgr] [RANK r] " before it where the logger knows its rank, "[TensorRT-LLM][INFO] " in
+# older builds): each rank's blocks, equal on all ranks, of the one pool its TP ranks shard by heads, unless attention
+# DP gives every rank a pool of its own (docs/kv-pool-log.md)
 KV_POOL_LOG = KvPoolLog(
     marker="max tokens in paged KV cache",
     size=r"max tokens in paged KV cache \((?P<tokens>[\d,]+)\)",
     rank=r"\[(?P<tag>RANK \d+)\]",
+    shared=True,
 )
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from slurmx.node import gpus as node_gpus
 from slurmx.results.energy import INFO_JSON, METRICS_CSV
+from slurmx.store import atomic
 
 __all__ = ["INFO_JSON", "METRICS_CSV", "run", "telemetry_argv"]
 ENERGY_START_CSV = "gpu_metrics_energy_start.csv"
@@ -306,7 +307,7 @@ def run(
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.write_text(atomic.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
 
 

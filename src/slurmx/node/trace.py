@@ -6,7 +6,6 @@ prefix caching and LMCache have real work. Rows of a session are per-turn deltas
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ def _row(session: int, input_length: int, output_length: int, hash_ids: list[int
 
 
 def write_trace(path: Path, rows: list[dict[str, Any]]) -> None:
-    atomic.write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+    atomic.write_text(path, "".join(atomic.dumps(row) + "\n" for row in rows))
 
 
 def working_set_tokens(rows: list[dict[str, Any]], conc: int, shared_prefix_tokens: int, output_tokens: int) -> int:

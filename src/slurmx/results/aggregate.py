@@ -158,7 +158,9 @@ def build_result(
     server_metrics = server_metrics_from(records, counters, names)
     server_metrics.sources = export_sources(server_export, names)
     if engine_logs:
-        server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_logs, engine.kv_pool_log)
+        # attention DP as the point runs it (InferenceX's TRT-LLM scripts: enable_attention_dp: $DP_ATTENTION)
+        attention_dp = point.tp if point.dp_attn else 1
+        server_metrics.kv_cache.gpu_total_tokens = kv_pool_tokens(engine_logs, engine.kv_pool_log, attention_dp)
     meta = _slurmx_meta(point, profile, run, window, source)
     meta.requests_by_rank = requests_by_rank(counters, names)
     meta.certification = certification(records, policy)  # the same records the percentiles come from

@@ -66,6 +66,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from slurmx.plan import server_gpus
+from slurmx.store import atomic
 
 SCHEMA_VERSION = 1
 # The request error rate over which a point is invalid when its recipe sets none (and for results written before
@@ -485,7 +486,7 @@ class Result(_Strict):
         when unset (e.g. the multinode fields of a single-node point); every metric key stays. A float that is not
         finite is null, in every field: JSON has no Infinity or NaN (pydantic's JSON mode nulls them only in
         fields typed Any, and json.dumps would write the bare words)."""
-        data: dict[str, Any] = _finite(self.model_dump(mode="json"))
+        data: dict[str, Any] = atomic.finite(self.model_dump(mode="json"))
         for key in _OMIT_WHEN_NONE:
             if data.get(key) is None:
                 data.pop(key, None)
@@ -501,15 +502,6 @@ class Result(_Strict):
         data = self.dump()
         data.pop("slurmx", None)
         return {key: value if key in POWER_FIELDS else _as_written(value) for key, value in data.items()}
-
-
-def _finite(value: Any) -> Any:
-    """`value` with every float that is not finite, at any depth, replaced by None."""
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_finite(item) for item in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _as_written(value: Any) -> Any:

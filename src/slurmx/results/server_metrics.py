@@ -449,17 +449,21 @@ def _warnings(server: ServerMetrics, source: MetricsSource) -> list[str]:
     return out
 
 
-def kv_pool_tokens(engine_logs: Sequence[Path], pattern: KvPoolLog | None = None) -> int | None:
+def kv_pool_tokens(
+    engine_logs: Sequence[Path], pattern: KvPoolLog | None = None, attention_dp_ranks: int = 1
+) -> int | None:
     """Tokens of KV cache the engine allocated, from its pool-size log line (`Engine.kv_pool_log`), summed over
-    the logs (every node's log of a multinode engine: each node logs its own ranks)."""
+    the logs (every node's log of a multinode engine: each node logs its own ranks). `attention_dp_ranks`: the
+    pools of an engine whose ranks all log the one pool they share (`pattern.shared`), one per attention-DP rank."""
     pattern = pattern or engines.default().kv_pool_log
-    pools = [pool for log in engine_logs if (pool := _log_pool_tokens(log, pattern)) is not None]
+    pools = [pool for log in engine_logs if (pool := _log_pool_tokens(log, pattern, attention_dp_ranks)) is not None]
     return sum(pools) if pools else None
 
 
-def _log_pool_tokens(log: Path, pattern: KvPoolLog) -> int | None:
+def _log_pool_tokens(log: Path, pattern: KvPoolLog, attention_dp_ranks: int = 1) -> int | None:
     """One log's pools: the last line of each tagged rank, summed; untagged lines only where no line is tagged
-    (summed or the last, `pattern.untagged`); a lone rank's line counted `pattern.ranks` times."""
+    (summed or the last, `pattern.untagged`); a lone rank's line counted `pattern.ranks` times. Ranks that share one
+    pool (`pattern.shared`): one rank's figure (the smallest), once per attention-DP rank."""
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -483,6 +487,8 @@ def _log_pool_tokens(log: Path, pattern: KvPoolLog) -> int | None:
     pools = list(tagged.values()) or (untagged if pattern.untagged == "sum" else untagged[-1:])
     if not pools:
         return None
+    if pattern.shared:
+        return min(pools) * max(attention_dp_ranks, 1)
     ranks = re.search(pattern.ranks, text) if pattern.ranks else None
     if len(pools) == 1 and ranks and int(ranks.group("ranks")) > 1:
         return pools[0] * int(ranks.group("ranks"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -64,8 +65,28 @@ def _discard(tmp: str | None) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
+def finite(value: Any) -> Any:
+    """`value` with every float that is not finite, at any depth, replaced by None (JSON has no Infinity or NaN);
+    every other value as it is (a tuple becomes the list JSON writes for it)."""
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def dumps(data: Any, **options: Any) -> str:
+    """JSON text as every JSON slurmx writes (files and --json output): a float that is not finite is null, never
+    Python's `Infinity`/`NaN`, which no JSON parser but Python's reads. json's C encoder first; the walk only when
+    it meets such a float."""
+    try:
+        return json.dumps(data, allow_nan=False, **options)
+    except ValueError:  # a float that is not finite: nulled, then written
+        return json.dumps(finite(data), allow_nan=False, **options)
+
+
 def write_json(path: Path, data: Any) -> None:
-    write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    write_text(path, dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def read_json(path: Path) -> Any:
