@@ -1,12 +1,13 @@
 """An aggregated point whose engine runs behind a frontend of its own (Dynamo's), served from the srt-slurm recipe
 its row names (`additional-settings: CONFIG_FILE=...`) instead of a recipe of jobs/.
 
-The file is read as srtctl reads it (config/srt.py): `backend.<type>_config.aggregated` are the worker's flags, in
-srtctl's rendering; `backend.aggregated_environment` its env; `frontend.args` and `frontend.env` the frontend's;
-`identity.model.revision` the model's pin; `slurm.time_limit` the job's limit. The row decides the parallelism (the
-engine's parallel flags, as for every other point: `recipes check` names any disagreement with the file), the node
-layout and the KV-offload backend. A setting slurmx cannot carry out as the file asks is a refusal naming the file,
-line and field (`SrtRefused`), never a dropped flag.
+The file is read as srtctl gets it (config/srt.py; the launcher's SYNTHETIC_ACCEPTANCE rewrite first):
+`backend.<type>_config.aggregated` are the worker's flags in srtctl's rendering, its own parallelism included (the
+row's tp/ep/dp-attn are InferenceX's labels for it); `resources` the nodes and GPUs per node; `backend.
+aggregated_environment` the worker's env; `frontend.args` and `frontend.env` the frontend's; `benchmark.env` the
+replay's settings; `identity.model.revision` the model's pin; `slurm.time_limit` the job's limit; its KV offload the
+row's backend, sized as the file fixes it. A setting slurmx cannot carry out as the file asks refuses the point in one
+line naming the file, line and field (`SrtRefused`), never a dropped flag; a malformed value is a ConfigError.
 """
 
 from __future__ import annotations
@@ -43,8 +44,6 @@ from slurmx.recipes.model import Replay
 from slurmx.recipes.spec import Implementation, RouterSpec, ServingSpec
 
 SERVED_NAME = "--served-model-name"  # the worker's argv names it (Engine.argv), from the file's value
-
-
 INJECTOR = Path("runners/inject_synthetic_acceptance.py")  # the launchers' recipe rewrite for SYNTHETIC_ACCEPTANCE
 
 
@@ -72,7 +71,7 @@ def srt_recipe(tree: Path | None, point: Point) -> SrtRecipe:
     if path is None:
         raise SrtRefused(f"{point.config_key}: the row names no CONFIG_FILE (its srt-slurm recipe)")
     if not path.is_file():
-        named = next(s for s in settings or [] if s.startswith("CONFIG_FILE="))
+        named = next(s for s in settings or [] if s.startswith(CONFIG_FILE))
         raise SrtRefused(f"{point.config_key}: {named}: the row's srt-slurm recipe is not in the checkout ({path})")
     return read_recipe(path)
 
@@ -284,8 +283,8 @@ def worker_launcher(engine: Engine) -> list[str]:
 def srt_serving(tree: Path | None, point: Point, layout: NodeLayout, implemented: Implementation) -> ServingSpec:
     """The point's ServingSpec from its srt-slurm recipe; SrtRefused (one line) when the file cannot serve it."""
     engine = implemented.engine
-    recipe = srt_recipe(tree, point)
-    assert tree is not None, "srt_recipe refuses a point without a checkout"
+    srt_recipe(tree, point)  # no checkout, or no file there: refused in one line
+    assert tree is not None
     with tempfile.TemporaryDirectory(prefix="slurmx-srt-") as work:  # as the launcher hands it to srtctl
         recipe = launched_recipe(tree, point, Path(work))
     problems = refusals(recipe, point, engine)
@@ -298,7 +297,7 @@ def srt_serving(tree: Path | None, point: Point, layout: NodeLayout, implemented
     revision = recipe.section("identity", "model").get("revision")
     limit = recipe.section("slurm").get("time_limit")
     env = recipe.engine_env
-    relative = recipe.path.relative_to(tree) if tree is not None and recipe.path.is_relative_to(tree) else recipe.path
+    relative = recipe.path.relative_to(tree) if recipe.path.is_relative_to(tree) else recipe.path
     return ServingSpec(
         router=_frontend(recipe, point, engine),
         recipe=str(recipe.data.get("name", recipe.path.stem)),
