@@ -57,7 +57,7 @@ def test_golden_files_hold_the_fixed_seed_bugs() -> None:
 def test_sglang_golden_files_start_sglang_with_tool_calls_and_parallelism() -> None:
     """An SGLang key's engine is `python3 -m sglang.launch_server` on every point: the model by --model-path, tool
     calling on (agentic requests get HTTP 400 without a parser), and its TP from the point."""
-    keys = [k for k in KEYS if "-sglang-" in k]
+    keys = [k for k in KEYS if "-sglang-" in k and k not in DYNAMO_FRONTEND]
     assert keys
     for key in keys:
         lines = [line for line in golden_path(key).read_text().splitlines() if "-m sglang.launch_server " in line]
@@ -66,6 +66,41 @@ def test_sglang_golden_files_start_sglang_with_tool_calls_and_parallelism() -> N
         for line in lines:
             argv = line.split(" python3 -m sglang.launch_server ", 1)[1].split()
             assert argv[0] == "--model-path" and "--tool-call-parser" in argv and "--tp" in argv, line
+
+
+# keys whose srt-slurm recipe has Dynamo's frontend: the engine is Dynamo's worker module behind it
+DYNAMO_FRONTEND = {
+    "dsv4-fp4-gb200-dynamo-vllm-agentic-mtp-agg": "dynamo.vllm",
+    "dsv4-fp8-h200-dynamo-sglang-agentic-agg": "dynamo.sglang",
+}
+
+
+def test_dynamo_frontend_golden_files_put_the_worker_behind_the_frontend() -> None:
+    """Every point of such a key starts Dynamo's frontend on the port the replay sends to, and the engine's Dynamo
+    worker (the model first, no --port of its own) whose system port (DYN_SYSTEM_PORT) is where its readiness is
+    polled and where aiperf scrapes the engine's metrics; both find each other through the point's own store."""
+    for key, module in DYNAMO_FRONTEND.items():
+        assert key in KEYS
+        blocks = golden_path(key).read_text().split("\n# point ")[1:]
+        assert blocks, key
+        for block in blocks:
+            sections = {s.splitlines()[0]: s for s in block.split("\n## ")[1:]}
+            engine = next(v for k, v in sections.items() if k.startswith("engine  (ready: "))
+            router = next(v for k, v in sections.items() if k.startswith("router  (ready: "))
+            replay = sections["replay"]
+            health = engine.splitlines()[0].split("(ready: ", 1)[1].rstrip(")")
+            system_port = engine.split("DYN_SYSTEM_PORT=", 1)[1].split()[0]
+            assert health == f"http://127.0.0.1:{system_port}/health", key
+            worker = engine.split(f" python3 -m {module} ", 1)[1].split()
+            assert worker[0] in ("--model", "--model-path") and "--port" not in worker, key
+            frontend = router.split(" python3 -m dynamo.frontend ", 1)[1].split()
+            port = frontend[frontend.index("--http-port") + 1]
+            assert frontend[frontend.index("--http-host") + 1] == "127.0.0.1" and port != system_port, key
+            aiperf = replay.splitlines()[-1].split()
+            assert aiperf[aiperf.index("--url") + 1] == f"http://127.0.0.1:{port}", key
+            assert aiperf[aiperf.index("--server-metrics") + 1] == f"http://127.0.0.1:{system_port}/metrics", key
+            store = "DYN_FILE_KV='$POINT_DIR/dynamo-discovery'"
+            assert store in engine.splitlines()[1] and store in router.splitlines()[1], key
 
 
 def test_atom_golden_files_start_atom_with_its_in_process_lmcache_sized_per_rank() -> None:

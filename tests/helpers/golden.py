@@ -34,6 +34,9 @@ KEYS = (
     "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-tp8pp2",  # the same over four GB200 nodes: refused
     "qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp",  # sglang.launch_server, TP2 x EP2 with HiCache at 2.5 x
     "qwen3.5-fp4-gb300-dynamo-sglang-agentic-agg",  # sglang.launch_server, TP2 with HiCache at 0.9 x
+    # Dynamo rows whose srt-slurm recipe has Dynamo's frontend (recipes/srt.py), one point each:
+    "dsv4-fp4-gb200-dynamo-vllm-agentic-mtp-agg",  # dynamo.vllm DEP8 over two 4-GPU nodes behind dynamo.frontend
+    "dsv4-fp8-h200-dynamo-sglang-agentic-agg",  # dynamo.sglang TP8 with HiCache at ratio 6 (the file's), one node
 )
 # keys rendered from an InferenceX fixture tree (`slurmx render --inferencex DIR KEY`): its master configs
 TREES = {
@@ -42,6 +45,7 @@ TREES = {
     "kimik3-fp4-b200-dynamo-vllm-agentic": "repo-main", "kimik3-fp4-b200-dynamo-vllm-agentic-dspark": "repo-main",
     "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-tp8pp2": "repo-main",
     "qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp": "repo-main", "qwen3.5-fp4-gb300-dynamo-sglang-agentic-agg": "repo-main",
+    "dsv4-fp4-gb200-dynamo-vllm-agentic-mtp-agg": "repo-main", "dsv4-fp8-h200-dynamo-sglang-agentic-agg": "repo-main",
 }  # fmt: skip
 # keys kept as one point's render (by its exp-name): the rest of the key differs only in figures its tests check
 ONE_POINT = {
@@ -50,6 +54,8 @@ ONE_POINT = {
     "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-tp8pp2": "kimik3_p1x8_d0x8_conc16_kvdram-mooncake",
     "qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp": "qwen3.5_p1x2ep2_d0x2ep2_conc22_kvdram-hicache",
     "qwen3.5-fp4-gb300-dynamo-sglang-agentic-agg": "qwen3.5_p1x2_d0x2_conc24_kvdram-hicache",
+    "dsv4-fp4-gb200-dynamo-vllm-agentic-mtp-agg": "dsv4_p1x8ep8dpa_d0x8ep8dpa_conc8",
+    "dsv4-fp8-h200-dynamo-sglang-agentic-agg": "dsv4_p1x8_d0x8_conc1_kvdram-hicache",
 }  # fmt: skip
 
 

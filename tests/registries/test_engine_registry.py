@@ -16,7 +16,7 @@ import yaml
 
 from slurmx import engines
 from slurmx.cli import main
-from slurmx.engines.base import EngineMetrics, KvOffload, KvPoolLog, NodePart, RecipeProblem, RecipeSizing
+from slurmx.engines.base import EngineMetrics, Frontend, KvOffload, KvPoolLog, NodePart, RecipeProblem, RecipeSizing
 from slurmx.flags import Flags, render_flags
 from slurmx.inputs import load_inputs
 from slurmx.plan import Point
@@ -38,6 +38,7 @@ class ToyEngine:
     computed_flags = frozenset({"--port", "--tp", "--batch"})
     metrics_path = "/stats"
     health_path = "/alive"
+    frontend: Frontend | None = None
     spec_methods = frozenset({"none"})
     distributions: tuple[str, ...] = ("toyserve",)
     upstream_programs: Mapping[str, str] = MappingProxyType({"toyserve": "engine"})
@@ -68,6 +69,9 @@ class ToyEngine:
 
     def block_size(self, flags: Flags) -> int:
         return 16
+
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        return 1, 1
 
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         return None
@@ -119,6 +123,12 @@ class ToyEngine:
         return []
 
     def node_env(self, part: NodePart) -> dict[str, str]:
+        return {}
+
+    def port_env(self, port: int) -> dict[str, str]:
+        return {}
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
         return {}
 
     def local_rendezvous_flags(self, argv: list[str], port: int) -> list[str]:

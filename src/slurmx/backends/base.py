@@ -149,6 +149,11 @@ class Backend(Protocol[S]):
         holds for the same points (recipes import); ValueError: cannot."""
         ...
 
+    def fixed_knobs(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The arm knobs that pin the connector's sizes as `config` gives them (an srt-slurm recipe's fixed pool,
+        over the point's DRAM budget); None where the backend has no such form."""
+        ...
+
     def probes(self, point: Point) -> list[Point]:
         """Variants of an arm's point (another budget, another TP) whose captures import needs besides the key's
         own to tell the knobs apart (a size formula one budget cannot pin down); a probe the script refuses is
@@ -233,6 +238,9 @@ class BaseBackend(Generic[S]):
         if configs:
             raise ValueError("the importer cannot derive this backend's knobs from the captured connector JSON yet")
         return {}
+
+    def fixed_knobs(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        return None
 
     def probes(self, point: Point) -> list[Point]:
         return []

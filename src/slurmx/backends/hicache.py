@@ -24,6 +24,7 @@ from slurmx.process import ServerPorts
 
 NAME = "hicache"  # the master config's kv-offload-backend name, and what the SGLang engine reads back
 ENGINE = "sglang"
+ENGINES = (ENGINE, "dynamo-sglang")  # SGLang itself, or as Dynamo's worker
 SIZE, RATIO = "hicache-size", "hicache-ratio"  # the engine's settings (its flags without the dashes)
 # the host pool's occupancy gauges SGLang exports with --enable-metrics
 HOST_GAUGES = {
@@ -101,7 +102,7 @@ class HiCache(BaseBackend[HiCacheSpec]):
         return HiCacheSpec(name=self.name, version=version, size_gb=size, ranks=_tp(point))
 
     def refusal(self, engine: Engine) -> str | None:
-        if engine.name != ENGINE:
+        if engine.name not in ENGINES:
             return f"kv-offload-backend {self.name} is SGLang's own host tier: engine {engine.name} has none"
         return None
 
@@ -160,7 +161,7 @@ class HiCache(BaseBackend[HiCacheSpec]):
             for num in range(1, den + 1)
             if math.gcd(num, den) == 1
             for reserve in range(MAX_RESERVE_GB + 1)
-            if all(pool_size_gb(p.total_cpu_dram_gb, p.tp, reserve, [num, den]) == s for p, s in zip(points, sizes))
+            if all(pool_size_gb(p.total_cpu_dram_gb, _tp(p), reserve, [num, den]) == s for p, s in zip(points, sizes))
         ]
         if fits:
             reserve, share = fits[0]
@@ -173,6 +174,15 @@ class HiCache(BaseBackend[HiCacheSpec]):
         if len(set(sizes)) == 1 and len(budgets) > 1:
             return {"size-gb": sizes[0]}
         raise ValueError(f"--{SIZE} follows no (budget - reserve x TP) x share // TP and no one size")
+
+    def fixed_knobs(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """A whole-GB --hicache-size per rank, or a --hicache-ratio, as given."""
+        size, ratio = config.get(SIZE), config.get(RATIO)
+        if isinstance(size, int) and not isinstance(size, bool) and RATIO not in config:
+            return {"size-gb": size}
+        if isinstance(ratio, int | float) and not isinstance(ratio, bool) and SIZE not in config:
+            return {"ratio": float(ratio)}
+        return None
 
 
 BACKEND = HiCache()

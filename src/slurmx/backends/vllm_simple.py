@@ -44,6 +44,17 @@ class VllmSimpleArm(Arm):
     # further kv_connector_extra_config settings passed as written (e.g. enable_cross_layers_blocks); the
     # size settings are the backend's
     extra_settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    # the sizes in bytes as a recipe fixes them (an srt-slurm recipe's cpu_bytes_to_use and/or its per-rank share),
+    # over the budget's: passed as given
+    fixed_sizes: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("fixed_sizes")
+    @classmethod
+    def _size_names(cls, value: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(value) - {PER_RANK, WHOLE})
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not a size setting ({PER_RANK}, {WHOLE})")
+        return value
 
     @field_validator("extra_settings")
     @classmethod
@@ -81,16 +92,21 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         unit = GIB if knobs.budget_unit == "GiB" else GB
         per_rank = int(point.total_cpu_dram_gb * unit / point.server_gpus)
         whole = point.total_cpu_dram_gb * unit if knobs.size_setting == WHOLE else None
+        setting = knobs.size_setting
+        if knobs.fixed_sizes:  # as the recipe fixes them: the per-rank share where given, else the whole over the ranks
+            whole = knobs.fixed_sizes.get(WHOLE)
+            per_rank = knobs.fixed_sizes.get(PER_RANK) or (whole or 0) // point.server_gpus
+            setting = PER_RANK if PER_RANK in knobs.fixed_sizes else WHOLE
         dp_lazy = knobs.lazy_offload_dp_attn
         lazy = dp_lazy if point.dp_attn and dp_lazy is not None else knobs.lazy_offload
         return VllmSimpleSpec(
             name=self.name, version=backend_version(point), cpu_bytes_per_rank=per_rank,
-            size_setting=knobs.size_setting, cpu_bytes=whole, lazy_offload=lazy,
+            size_setting=setting, cpu_bytes=whole, lazy_offload=lazy,
             extra_settings=dict(knobs.extra_settings), ranks=point.server_gpus,
         )  # fmt: skip
 
     def refusal(self, engine: Engine) -> str | None:
-        if engine.name != "vllm":  # the connector is part of vLLM itself
+        if engine.name not in ("vllm", "dynamo-vllm"):  # the connector is part of vLLM itself (or as Dynamo's worker)
             return f"kv-offload-backend {self.name} is vLLM's own CPU offload: engine {engine.name} has none"
         return None
 
@@ -98,10 +114,28 @@ class VllmSimple(BaseBackend[VllmSimpleSpec]):
         assert self.connector is not None
         size = spec.cpu_bytes if spec.size_setting == WHOLE and spec.cpu_bytes is not None else spec.cpu_bytes_per_rank
         settings: dict[str, object] = {spec.size_setting: size}
+        if spec.size_setting == PER_RANK and spec.cpu_bytes is not None:  # both sizes, as a recipe fixed them
+            settings = {WHOLE: spec.cpu_bytes, **settings}
         if spec.lazy_offload is not None:
             settings["lazy_offload"] = spec.lazy_offload
         settings.update(spec.extra_settings)
         return KvOffload(self.connector, settings)
+
+    def fixed_knobs(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The connector's sizes in bytes as given, its lazy_offload and its other settings."""
+        extra = config.get("kv_connector_extra_config")
+        if not isinstance(extra, dict):
+            return None
+        sizes = {k: v for k in (PER_RANK, WHOLE) if isinstance(v := extra.get(k), int) and not isinstance(v, bool)}
+        if not sizes:
+            return None
+        knobs: dict[str, Any] = {"fixed-sizes": sizes}
+        if isinstance(extra.get("lazy_offload"), bool):
+            knobs["lazy-offload"] = extra["lazy_offload"]
+        rest = {k: v for k, v in extra.items() if k not in {PER_RANK, WHOLE, "lazy_offload"}}
+        if rest:
+            knobs["extra-settings"] = rest
+        return knobs
 
     def tier_reading(self, deltas: Mapping[str, float], gauges: Mapping[str, float]) -> TierReading:
         counters = {field: deltas[name] for field, name in TIER_COUNTERS.items() if name in deltas}

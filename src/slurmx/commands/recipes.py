@@ -55,6 +55,7 @@ from slurmx.upstream.launcher import WORKFLOW
 
 GENERIC_TABLE = Path(__file__).resolve().parents[3] / "docs" / "upstream-differences.yaml"
 DIFFERENCES_DIR = "differences"  # jobs/differences/<recipe file stem>.yaml: an imported key's declared rows
+SRT_FRONTEND_TABLE = "srt-dynamo-frontend.yaml"  # the rows of the keys recipes/srt.py serves (rows name their keys)
 WORKERS = 2  # captures are bash + ~30 stand-in starts each; this machine has two cores
 
 
@@ -97,10 +98,10 @@ def table_for(jobs: Path, inputs: Inputs, key: str) -> list[Declared]:
     """The generic table (docs/upstream-differences.yaml) and the key's recipe's own, beside it."""
     table = load_declared(GENERIC_TABLE)
     found = inputs.recipes().find(match_values(inputs.key_points(key)[0]))
-    if found is not None:
-        own = jobs / DIFFERENCES_DIR / f"{found.path.stem}.yaml"
-        if own.is_file():
-            table += load_declared(own)
+    # a key served from its srt-slurm recipes behind Dynamo's frontend has no recipe here: the shared table of those
+    own = jobs / DIFFERENCES_DIR / (f"{found.path.stem}.yaml" if found is not None else SRT_FRONTEND_TABLE)
+    if own.is_file():
+        table += load_declared(own)
     return table
 
 

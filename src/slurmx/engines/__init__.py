@@ -7,14 +7,17 @@ from slurmx.engines.base import (
     DisaggWorkers,
     Engine,
     EngineMetrics,
+    Frontend,
     KvOffload,
     KvPoolLog,
     NodePart,
     RecipeProblem,
     RecipeSizing,
 )
+from slurmx.engines.sglang import DYNAMO_ENGINE as DYNAMO_SGLANG_ENGINE
 from slurmx.engines.sglang import ENGINE as SGLANG_ENGINE
 from slurmx.engines.trtllm import ENGINE as TRTLLM_ENGINE
+from slurmx.engines.vllm import DYNAMO_ENGINE as DYNAMO_VLLM_ENGINE
 from slurmx.engines.vllm import DYNAMO_WORKERS
 from slurmx.engines.vllm import ENGINE as VLLM_ENGINE
 from slurmx.errors import UserError
@@ -31,6 +34,9 @@ register(VLLM_ENGINE)
 register(SGLANG_ENGINE)
 register(ATOM_ENGINE)
 register(TRTLLM_ENGINE)
+# an aggregated Dynamo row whose srt-slurm recipe has Dynamo's frontend: the engine as Dynamo's worker behind it
+register(DYNAMO_VLLM_ENGINE)
+register(DYNAMO_SGLANG_ENGINE)
 # what a serving spec written before it named its engine ran, and what tests read without naming one
 DEFAULT = VLLM_ENGINE.name
 
@@ -55,6 +61,7 @@ def get(name: str) -> Engine:
 
 
 __all__ = [
-    "DEFAULT", "DISAGG_WORKERS", "REGISTRY", "DisaggWorkers", "Engine", "EngineMetrics", "KvOffload", "KvPoolLog", "NodePart", "RecipeProblem",
+    "DEFAULT", "DISAGG_WORKERS", "REGISTRY", "DisaggWorkers", "Engine", "EngineMetrics", "Frontend", "KvOffload", "KvPoolLog",
+    "NodePart", "RecipeProblem",
     "RecipeSizing", "default", "disagg_workers", "get", "register",
 ]  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any
 
 from slurmx.engines.base import (
     EngineMetrics,
+    Frontend,
     KvOffload,
     KvPoolLog,
     NodePart,
@@ -73,6 +74,7 @@ class Atom:
     })  # fmt: skip
     metrics_path = "/metrics"
     health_path = "/health"  # benchmark_lib.sh's wait_for_server_ready polls it
+    frontend: Frontend | None = None  # it serves the OpenAI API itself
     distributions: tuple[str, ...] = ("atom", "amd-aiter", "torch", "lmcache")
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
@@ -127,6 +129,9 @@ class Atom:
     def block_size(self, flags: Flags) -> int:
         block = flags.get("--block-size")
         return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
+
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        raise NotImplementedError(f"{self.name} is not served from srt-slurm recipes")
 
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         return None  # sized from free memory at start: only its log line knows
@@ -189,6 +194,12 @@ class Atom:
 
     def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
         raise NotImplementedError("slurmx runs ATOM on one node only")
+
+    def port_env(self, port: int) -> dict[str, str]:
+        return {}  # its port is a flag
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return {}
 
     def node_env(self, part: NodePart) -> dict[str, str]:
         return {}

@@ -114,8 +114,22 @@ class RecipeProblem:
     message: str
 
 
+@dataclass(frozen=True)
+class Frontend:
+    """The OpenAI frontend of its own process in front of an engine's workers (Dynamo's): how it starts, the flags
+    naming its listening host and port, and its readiness path. The engine's own port is then its worker's."""
+
+    launcher: tuple[str, ...]
+    host_flag: str
+    port_flag: str
+    health_path: str
+    startup_timeout_s: int
+
+
 class Engine(Protocol):
     name: str  # the master config's `framework`
+    # a frontend process the engine's workers serve behind (None: the engine serves the OpenAI API itself)
+    frontend: Frontend | None
     # Flags the engine module computes from the point or the node; a recipe that set one would put it twice.
     computed_flags: frozenset[str]
     metrics_path: str
@@ -168,6 +182,11 @@ class Engine(Protocol):
     def block_size(self, flags: Flags) -> int:
         """The KV block size in tokens that an engine run with `flags` uses (its own default where they set none):
         a recipe's engine block-size, which the backends' chunk checks read."""
+        ...
+
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        """(GPUs of one data-parallel rank, data-parallel ranks) of an engine run with `flags` as they stand (an
+        srt-slurm recipe's own parallelism, which lays its points out over nodes)."""
         ...
 
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
@@ -234,6 +253,14 @@ class Engine(Protocol):
 
     def node_env(self, part: NodePart) -> dict[str, str]:
         """`part`'s env: the address the engine advertises to the other nodes."""
+        ...
+
+    def port_env(self, port: int) -> dict[str, str]:
+        """Env naming the engine's own port, where it reads it so (Dynamo's worker: its system port); {} else."""
+        ...
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        """Env the engine and its frontend share to find each other, under the point's directory `run_dir`."""
         ...
 
     def local_rendezvous_flags(self, argv: list[str], port: int) -> list[str]:

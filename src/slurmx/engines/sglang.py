@@ -13,8 +13,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import slurmx.engines.dynamo as dynamo
 from slurmx.engines.base import (
     EngineMetrics,
+    Frontend,
     KvOffload,
     KvPoolLog,
     NodePart,
@@ -86,6 +88,7 @@ class SGLang:
     })  # fmt: skip
     metrics_path = "/metrics"
     health_path = "/health"  # benchmark_lib.sh's wait_for_server_ready polls it
+    frontend: Frontend | None = None  # it serves the OpenAI API itself
     distributions: tuple[str, ...] = ("sglang", "sgl-kernel", "torch", "flashinfer-python", "sglang-router")
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
@@ -140,6 +143,11 @@ class SGLang:
         block = flags.get("--block-size")
         return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
 
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        """One server of --tp GPUs (data-parallel attention splits its attention within them, --dp)."""
+        tp = next((flags[name] for name in PARALLEL_ALIASES[:3] if name in flags), 1)
+        return (int(tp) if isinstance(tp, int | str) and str(tp).isdigit() else 1), 1
+
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         """--max-total-tokens; else sized from --mem-fraction-static at start."""
         tokens = argv_value(argv, "--max-total-tokens")
@@ -193,6 +201,12 @@ class SGLang:
     def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
         raise NotImplementedError("slurmx runs SGLang on one node only")
 
+    def port_env(self, port: int) -> dict[str, str]:
+        return {}  # its port is a flag
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return {}
+
     def node_env(self, part: NodePart) -> dict[str, str]:
         return {}
 
@@ -213,3 +227,48 @@ class SGLang:
 
 
 ENGINE = SGLang()
+
+
+class DynamoSGLang(SGLang):
+    """SGLang's engine as Dynamo's aggregated worker (`python3 -m dynamo.sglang`: SGLang's own server flags, its
+    metrics on Dynamo's system port) behind Dynamo's frontend (engines/dynamo.py). A row of framework dynamo-sglang
+    whose srt-slurm recipe has frontend.type dynamo (recipes/srt.py serves it from that file)."""
+
+    name = "dynamo-sglang"
+    frontend: Frontend | None = dynamo.FRONTEND
+    srt_direct_launch: tuple[str, ...] = ()  # never served directly: Dynamo's frontend serves
+    distributions: tuple[str, ...] = ("sglang", "sgl-kernel", "ai-dynamo", "ai-dynamo-runtime", "torch")
+    upstream_programs: Mapping[str, str] = MappingProxyType({
+        "python3 -m dynamo.sglang": "engine", "python3 -m dynamo.frontend": "router",
+    })  # fmt: skip
+
+    def argv(
+        self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
+        flags: list[str],
+    ) -> list[str]:  # fmt: skip
+        # no host or port: the frontend serves the API; the worker's own port is its system port (port_env)
+        return [*head, model_flag or "--model-path", model, "--served-model-name", served_model_name, *flags]
+
+    def port_env(self, port: int) -> dict[str, str]:
+        return dynamo.port_env(port)
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return dynamo.deployment_env(run_dir)
+
+    def cache_reset_path(self) -> str | None:
+        return None  # the worker's reset (clear_kv_blocks) is a Dynamo endpoint, not HTTP on its system port
+
+    def rank_span_problem(self, rank_gpus: int, gpus_per_node: int) -> str | None:
+        if rank_gpus % gpus_per_node:  # each node runs an equal share of the server's TP ranks
+            return f"an SGLang server of {rank_gpus} GPUs does not fill whole {gpus_per_node}-GPU nodes"
+        return None
+
+    def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
+        """One server over whole nodes, SGLang's multi-node launch: every node runs the worker with the head's
+        torch.distributed address and its own rank (srt-slurm's --dist-init-addr/--nnodes/--node-rank); only the
+        head's registers with Dynamo and serves."""
+        return ["--dist-init-addr", f"{part.head_address}:{part.rpc_port}", "--nnodes", str(nodes),
+                "--node-rank", str(part.index)]  # fmt: skip
+
+
+DYNAMO_ENGINE = DynamoSGLang()

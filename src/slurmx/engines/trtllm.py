@@ -23,6 +23,7 @@ import yaml
 
 from slurmx.engines.base import (
     EngineMetrics,
+    Frontend,
     KvOffload,
     KvPoolLog,
     NodePart,
@@ -96,6 +97,7 @@ class TrtLlm:
     })  # fmt: skip
     metrics_path = "/prometheus/metrics"
     health_path = "/health"  # benchmark_lib.sh's wait_for_server_ready polls it
+    frontend: Frontend | None = None  # it serves the OpenAI API itself
     distributions: tuple[str, ...] = ("tensorrt_llm", "tensorrt", "torch", "flashinfer-python")
     metrics = METRICS
     kv_pool_log = KV_POOL_LOG
@@ -136,6 +138,9 @@ class TrtLlm:
         kv = flags.get(KV_CACHE)
         block = kv.get(TOKENS_PER_BLOCK) if isinstance(kv, dict) else None
         return block if isinstance(block, int) else DEFAULT_TOKENS_PER_BLOCK
+
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        raise NotImplementedError(f"{self.name} is not served from srt-slurm recipes")
 
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         return None  # sized from free memory at start: only its log line knows
@@ -206,6 +211,12 @@ class TrtLlm:
 
     def node_flags(self, part: NodePart, nodes: int, ranks_per_node: int) -> list[str]:
         raise NotImplementedError("slurmx runs TRT-LLM on one node only")
+
+    def port_env(self, port: int) -> dict[str, str]:
+        return {}  # its port is a flag
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return {}
 
     def node_env(self, part: NodePart) -> dict[str, str]:
         return {}

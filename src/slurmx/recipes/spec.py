@@ -42,6 +42,12 @@ class RouterSpec(BaseModel):
     replay_env: dict[str, str] = {}
     health_path: str
     startup_timeout_s: int
+    # how it is told where to listen and whom to route to: a router's --host/--port/--worker-urls; an engine's own
+    # frontend (Dynamo's) listens by its own flags and finds the workers itself (worker_urls_flag None)
+    host_flag: str = "--host"
+    port_flag: str = "--port"
+    worker_urls_flag: str | None = "--worker-urls"
+    env: dict[str, str] = {}  # its own env (a frontend's, as its recipe sets it)
 
 
 class ServingSpec(BaseModel):

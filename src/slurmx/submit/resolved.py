@@ -13,9 +13,10 @@ from slurmx.engines import Engine
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node.preflight import memory_margin_bytes
-from slurmx.plan import Point, node_layout, server_gpus
+from slurmx.plan import NodeLayout, Point, node_layout, server_gpus
 from slurmx.recipes.resolve import implementation, resolve
-from slurmx.recipes.spec import ServingSpec
+from slurmx.recipes.spec import Implementation, ServingSpec
+from slurmx.recipes.srt import SrtRefused, checkout_recipe, srt_serving
 from slurmx.runtimes import Runtime, runtime_for
 from slurmx.slurm.request import SlurmRequest, slurm_request
 from slurmx.submit.disagg import WHY_NOT_SUBMITTED
@@ -70,10 +71,12 @@ def point_request(point: Point, profile: ClusterProfile, serving: ServingSpec | 
     node), with the memory the point needs on each, its NUMA options and the recipe's time limit if it has one."""
     assert profile.slurm is not None
     layout = node_layout(point, profile.gpus_per_node)
+    # what the point's engine was resolved onto (an srt-slurm recipe's own resources); the plan's layout else
+    gpus, nodes = (serving.gpus, serving.nodes) if serving is not None else (layout.gpus_per_node, layout.nodes)
     return slurm_request(
         profile.slurm,
-        layout.gpus_per_node,
-        layout.nodes,
+        gpus,
+        nodes,
         host_need_mb=host_memory_need_mb(serving)[0],
         numa_policy=profile.node.numa_policy if profile.node else "none",
         time_limit_min=serving.time_limit_min if serving else None,
@@ -148,8 +151,22 @@ def resolve_points(points: list[Point], inputs: Inputs) -> list[Resolved]:
     return resolved
 
 
+def serve(point: Point, inputs: Inputs, layout: NodeLayout, parts: Implementation) -> ServingSpec:
+    """The point's serving spec: from its recipe in jobs/, or for an engine behind a frontend of its own (Dynamo's
+    aggregated worker) from the srt-slurm recipe its row names (recipes/srt.py)."""
+    if parts.engine.frontend is not None:
+        return srt_serving(inputs.inferencex, point, layout, parts)
+    return resolve(point, inputs.recipes(), layout, parts)
+
+
 def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved], list[tuple[Point, str]]]:
     """The points slurmx can start, resolved, and the others with the reason (`why_not_runnable`)."""
+    for point in points:  # a row naming an srt-slurm recipe the checkout lacks: that, before anything else
+        if point.multinode and not point.disagg and inputs.inferencex is not None:
+            try:
+                checkout_recipe(inputs.inferencex, point)
+            except SrtRefused as missing:
+                raise UserError(str(missing)) from None
     implemented = [implementation(point) for point in points]  # every point's engine and backend, once
     out = []
     refused = []
@@ -162,7 +179,11 @@ def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved
             continue
         runtime = runtime_for(profile, point.image)
         layout = node_layout(point, profile.gpus_per_node)
-        serving = resolve(point, inputs.recipes(), layout, parts) if runtime.serves else None
+        try:
+            serving = serve(point, inputs, layout, parts) if runtime.serves else None
+        except SrtRefused as why:
+            refused.append((point, str(why)))
+            continue
         check_numa_bind(point, profile, serving, inputs, parts.engine)
         out.append(Resolved(point, profile, point_request(point, profile, serving), serving, runtime))
     return out, refused

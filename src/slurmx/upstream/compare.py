@@ -10,6 +10,7 @@ from pathlib import Path
 from slurmx.config.srt import SrtRecipe
 from slurmx.errors import UserError
 from slurmx.process import Process
+from slurmx.recipes.srt import launched_recipe
 from slurmx.submit.resolved import Resolved
 from slurmx.upstream.capture import CAPTURE_TREE, Capture, Upstream, capture
 from slurmx.upstream.declared import Declared
@@ -26,9 +27,10 @@ from slurmx.upstream.inferencex import LIB, aiperf_revision
 from slurmx.upstream.launcher import LAUNCHER, Launch, launch_facts, launcher_path, sandboxed
 from slurmx.upstream.srt import (
     ENGINE,
+    FRONTEND,
     engine_facts,
+    frontend_facts,
     health_window_s,
-    launched_recipe,
     replay_script,
     request_facts,
 )
@@ -117,10 +119,15 @@ def compare_multinode(
     cap, captured = capture_facts(item, upstream)
     theirs = {k: per_conc_paths(v, item, recipe) for k, v in captured.items() if k[0] in SRT_COMPARED - {ENGINE}}
     window = health_window_s(recipe, launcher_path(tree, item.point))
-    theirs.update(engine_facts(recipe, item.serving.implementation.engine, window))
+    engine = item.serving.implementation.engine
+    theirs.update(engine_facts(recipe, engine, window))
     theirs.update(request_facts(recipe))
+    compared = SRT_COMPARED
+    if engine.frontend is not None:  # Dynamo's frontend in front of the worker: compared too
+        theirs.update(frontend_facts(recipe, engine))
+        compared = SRT_COMPARED | {FRONTEND}
     started = processes(item)
-    ours = {k: v for k, v in point_facts(item, started, True).items() if k[0] in SRT_COMPARED}
+    ours = {k: v for k, v in point_facts(item, started, True).items() if k[0] in compared}
     head = next(p for p in started if p.name == ENGINE)
     ours[(ENGINE, "startup timeout s")] = str(int(head.ready_timeout_s))
     request = slurmx_launch_facts(item, {})

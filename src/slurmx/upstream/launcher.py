@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from slurmx import engines
+from slurmx.config.srt import minutes
 from slurmx.plan import Point
 
 WORKFLOW = Path(".github/workflows/benchmark-tmpl.yml")
@@ -388,19 +389,6 @@ def parse_options(argv: list[str]) -> Srun:
                 options.append((name, None))
         i += 1
     return Srun(options, argv[i + (1 if i < len(argv) and argv[i] == "--" else 0) :])
-
-
-def minutes(value: str) -> str:
-    """Slurm's time forms (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) as minutes; anything else as written."""
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value)
-    if not match:
-        return value
-    days, first, second, third = match.groups()
-    if days is None and third is None:  # M or M:S
-        total = int(first) + (int(second) if second else 0) / 60
-    else:  # H:M:S, D-H, D-H:M, D-H:M:S
-        total = int(days or 0) * 1440 + int(first) * 60 + int(second or 0) + int(third or 0) / 60
-    return str(int(total)) if total == int(total) else f"{total:g}"
 
 
 def slurm_facts(options: list[tuple[str, str | None]]) -> dict[tuple[str, str], str]:

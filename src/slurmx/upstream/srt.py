@@ -12,44 +12,31 @@ replay is `benchmark.command` (benchmarks/multi_node/agentic_srt.sh), run under 
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-from slurmx.config.srt import CONFIG_FILE, SrtRecipe, load_recipe, read_recipe, recipe_path
+from slurmx.config.srt import (
+    SRT_HEALTH_INTERVAL_S,
+    SrtRecipe,
+    minutes,
+    recipe_path,
+    srt_argv,
+)
 from slurmx.engines import Engine
-from slurmx.errors import UserError
 from slurmx.plan import Point
+from slurmx.recipes.srt import worker_launcher
 from slurmx.upstream.facts import MODEL_PATH, Facts, argv_facts, env_facts
-from slurmx.upstream.launcher import LAUNCHER, minutes
+from slurmx.upstream.launcher import LAUNCHER
 
 WORKSPACE = "/infmax-workspace"  # where srt-slurm mounts the InferenceX checkout (benchmark.command's paths)
-INJECTOR = Path("runners/inject_synthetic_acceptance.py")  # the launchers' recipe rewrite for SYNTHETIC_ACCEPTANCE
+FRONTEND = "router"  # the slurmx process Dynamo's frontend is (it stands where a router stands)
 ENGINE = "engine"  # the slurmx process the aggregated workers are (the head's, compared; every node runs the same)
 
 
 def config_file(tree: Path, point: Point) -> Path | None:
     """The srt-slurm recipe a multinode point's row names, in DIR (config/srt.py's recipe_path)."""
     return recipe_path(tree, point.prefill.additional_settings if point.prefill is not None else None)
-
-
-def srt_argv(config: dict[str, Any]) -> list[str]:
-    """srt-slurm's rendering of a vllm_config mapping into flags (the module docstring's convention)."""
-    argv: list[str] = []
-    for key in sorted(config):
-        flag, value = "--" + str(key).replace("_", "-"), config[key]
-        if isinstance(value, bool):
-            argv += [flag] if value else []
-        elif isinstance(value, list):
-            argv += [flag, *(str(v) for v in value)]
-        elif value is not None:
-            argv += [flag, str(value)]
-    return argv
 
 
 def replay_script(recipe: SrtRecipe) -> str | None:
@@ -64,7 +51,6 @@ def replay_script(recipe: SrtRecipe) -> str | None:
 # replaced by printf (launch_h200-dgxc-slurm.sh: `printf '\nhealth_check:\n  max_attempts: 720\n  interval_seconds: 10\n'`)
 _ATTEMPTS_SED = re.compile(r"s/\^  max_attempts: \[0-9\]\*/  max_attempts: (\d+)/")
 _SECTION_PRINTF = re.compile(r"printf '\\nhealth_check:\\n  max_attempts: (\d+)\\n  interval_seconds: (\d+)\\n'")
-SRT_HEALTH_INTERVAL_S = 10  # srt-slurm's health_check.interval_seconds when a recipe gives none
 
 
 def health_window_s(recipe: SrtRecipe, launcher: Path) -> int:
@@ -81,10 +67,15 @@ def health_window_s(recipe: SrtRecipe, launcher: Path) -> int:
 
 
 def engine_facts(recipe: SrtRecipe, engine: Engine, window_s: int) -> Facts:
-    """The aggregated engine as srtctl's direct frontend starts it (`engine.srt_direct_launch`, the model path first
-    where the engine takes it positionally), with the recipe's flags and env."""
-    program, *head = engine.srt_direct_launch
-    model = [MODEL_PATH] if engine.model_flag is None else []
+    """The aggregated engine as srtctl starts it, with the recipe's flags and env: behind srt-slurm's direct frontend
+    `engine.srt_direct_launch` (the model path first where the engine takes it positionally); behind Dynamo's frontend
+    (`engine.frontend`), Dynamo's worker module for the engine with the model by the engine's model flag."""
+    if engine.frontend is not None:
+        program, *head = worker_launcher(engine)
+        model = [engine.model_flag or "--model", MODEL_PATH]
+    else:
+        program, *head = engine.srt_direct_launch
+        model = [MODEL_PATH] if engine.model_flag is None else []
     facts: Facts = {(ENGINE, "program"): program}
     facts.update(argv_facts(ENGINE, [*head, *model, *srt_argv(recipe.engine_config)], {}))
     facts.update(env_facts(ENGINE, recipe.engine_env, {}))
@@ -92,36 +83,23 @@ def engine_facts(recipe: SrtRecipe, engine: Engine, window_s: int) -> Facts:
     return facts
 
 
-def row_env(point: Point) -> dict[str, str]:
-    """The row's additional-settings as the workflow exports them to the launcher (KEY=VALUE), CONFIG_FILE aside."""
-    settings = point.prefill.additional_settings if point.prefill is not None else None
-    pairs = (s.split("=", 1) for s in settings or [] if "=" in s and not s.startswith(CONFIG_FILE))
-    return {k: v for k, v in pairs}
-
-
-def launched_recipe(tree: Path, point: Point, work: Path) -> SrtRecipe:
-    """The point's srt-slurm recipe as its launcher hands it to srtctl: where the row turns SYNTHETIC_ACCEPTANCE on,
-    after InferenceX's own runners/inject_synthetic_acceptance.py (run unchanged on a copy in `work`, with the row's
-    settings, MODEL_PREFIX and FRAMEWORK as the launchers give them) has rewritten it."""
-    path = config_file(tree, point)
-    if path is None:
-        raise UserError(f"{point.config_key} {point.exp_name}: the row names no CONFIG_FILE (its srt-slurm recipe)")
-    recipe = read_recipe(path)
-    env = row_env(point)
-    if env.get("SYNTHETIC_ACCEPTANCE", "false").strip().lower() != "true":
-        return recipe
-    copy = work / path.name
-    shutil.copyfile(path, copy)
-    injector = tree / INJECTOR
-    given = {**env, "MODEL_PREFIX": point.model_prefix, "FRAMEWORK": point.framework}
-    done = subprocess.run(
-        [sys.executable, str(injector), str(copy), point.framework],
-        env={**os.environ, **given}, capture_output=True, text=True, cwd=work, check=False,
-    )  # fmt: skip
-    if done.returncode:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise UserError(f"{injector}: exit {done.returncode} on {path.name}: {tail[0]}")
-    return SrtRecipe(path, load_recipe(copy).data)
+def frontend_facts(recipe: SrtRecipe, engine: Engine) -> Facts:
+    """Dynamo's frontend as srtctl starts it in front of the workers: its module with `frontend.args` (srtctl's
+    rendering) and `frontend.env`; what the file asks beyond them (a Dynamo build of its own, a setup script before
+    the workers) as facts of what is installed and run first."""
+    frontend = engine.frontend
+    assert frontend is not None
+    program, *head = frontend.launcher
+    facts: Facts = {(FRONTEND, "program"): program}
+    facts.update(argv_facts(FRONTEND, [*head, *srt_argv(recipe.frontend_args)], {}))
+    facts.update(env_facts(FRONTEND, recipe.frontend_env, {}))
+    install = recipe.section("dynamo")
+    if install.get("install"):
+        facts[("provision", "dynamo install")] = str(install.get("hash") or install.get("version") or "yes")
+    script = recipe.data.get("setup_script")
+    if script:
+        facts[("provision", "setup script")] = str(script)
+    return facts
 
 
 SBATCH_COMPARED = ("mem", "cpus-per-task")

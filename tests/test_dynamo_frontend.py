@@ -1,0 +1,169 @@
+"""Aggregated Dynamo keys whose srt-slurm recipe has Dynamo's frontend (frontend.type dynamo), as users run them:
+the whole `slurmx` process from a fresh directory against InferenceX's main tree. Each served key submits (dry run);
+each one slurmx cannot serve is refused in one line naming why. The figures below are read by hand from the recipe
+files named in each test (benchmarks/multi_node/srt-slurm-recipes/ of the fixture tree), not from slurmx's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+SERVED = (
+    "dsv4-fp4-gb200-dynamo-vllm-agentic-mtp-agg",
+    "dsv4-fp4-gb200-dynamo-vllm-agentic-mtp2-agg",
+    "dsv4-fp4-gb300-dynamo-sglang-agentic-agg",
+    "dsv4-fp4-gb300-dynamo-vllm-agentic-mtp-agg",
+    "dsv4-fp8-h200-dynamo-sglang-agentic-agg",
+    "glm5.2-fp4-gb200-dynamo-sglang-agentic-agg",
+    "glm5.2-fp4-gb200-dynamo-sglang-agentic-mtp-agg",
+    "glm5.2-fp4-gb300-dynamo-sglang-agentic-agg",
+    "kimik3-fp4-gb200-dynamo-vllm-agentic",
+    "minimaxm3-fp4-gb200-dynamo-vllm-agentic-agg-mtp",
+)
+# Mooncake's store for one rank over several nodes (a TP16 or TP8 rank over 4-GPU GB200/GB300 nodes)
+MOONCAKE = (
+    "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-dcp16-agg",
+    "kimik3-fp4-gb200-dynamo-vllm-agentic-mooncake-dcp16-agg",
+    "kimik3-fp4-gb300-dynamo-vllm-agentic-dspark-mooncake-dcp8-agg",
+    "kimik3-fp4-gb300-dynamo-vllm-agentic-mooncake-dcp8-agg",
+)
+MISSING = "glm5.2-fp4-gb300-dynamo-trt-agentic-agg-mtp"  # its CONFIG_FILE is not in the tree
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`slurmx ARGS` as a new process in `cwd`, this checkout's code first."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURMX_JOBS_DIR", "SLURMX_RESULTS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.run(
+        [sys.executable, "-m", "slurmx", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture
+def tree(fixtures: Path) -> Path:
+    return fixtures / "repo-main"
+
+
+def render_point(tree: Path, key: str, exp_name: str, cwd: Path) -> dict[str, str]:
+    """One point's render by section (`## NAME` -> its text), and the sbatch script under 'sbatch'."""
+    done = run(["render", "--inferencex", str(tree), key], cwd)
+    assert done.returncode == 0, done.stderr
+    sbatch, *points = done.stdout.split("\n# point ")
+    block = next(p for p in points if p.split()[1] == exp_name)
+    sections = {s.splitlines()[0].split("  (")[0]: s for s in block.split("\n## ")[1:]}
+    return {"sbatch": sbatch, **sections}
+
+
+def argv_of(section: str, module: str) -> list[str]:
+    line = next(line for line in section.splitlines() if f" -m {module} " in line)
+    return shlex.split(line.split(f" -m {module} ", 1)[1])
+
+
+def value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_the_served_keys_submit_as_a_dry_run_from_a_fresh_directory(tree: Path, tmp_path: Path) -> None:
+    for key in SERVED:
+        cwd = tmp_path / key
+        cwd.mkdir()
+        done = run(["submit", "--dry-run", "--inferencex", str(tree), key], cwd)
+        assert done.returncode == 0, f"{key}: {done.stderr}"
+        assert "would submit" in done.stdout, key
+
+
+def test_mooncake_over_several_nodes_and_a_missing_recipe_are_refused_in_one_line(tree: Path, tmp_path: Path) -> None:
+    for key in MOONCAKE:
+        done = run(["submit", "--dry-run", "--inferencex", str(tree), key], tmp_path)
+        assert done.returncode == 2, key
+        line = done.stderr.strip()
+        assert "\n" not in line and "Traceback" not in line, line
+        assert "mooncake" in line and "several nodes" in line and "-mooncake-agentic.yaml" in line, line
+    done = run(["submit", "--dry-run", "--inferencex", str(tree), MISSING], tmp_path)
+    assert done.returncode == 2
+    named = "CONFIG_FILE=benchmarks/multi_node/srt-slurm-recipes/trtllm/glm5.2/gb300-fp4/agentic/"
+    assert named in done.stderr and "is not in the checkout" in done.stderr and "\n" not in done.stderr.strip()
+
+
+def test_a_vllm_point_runs_the_files_flags_and_resources(tree: Path, tmp_path: Path) -> None:
+    """kimi-k3/agentic/agg-gb200-dep16-throughput-agentic.yaml: slurm.time_limit 12:00:00, resources agg_nodes 4 x
+    gpus_per_node 4; the worker tensor-parallel-size 4, data-parallel-size 4, max-num-seqs 64, block-size 64; the
+    frontend router-mode kv and kv-cache-block-size 64; benchmark.env AGENTIC_WARMUP_GRACE_PERIOD 3600 and no failed
+    request threshold (benchmark_lib.sh's default 0.10). agg-gb200-tp16-latency-agentic.yaml: benchmark.env
+    AIPERF_LIVE_FAILED_REQUEST_THRESHOLD 0.25."""
+    key = "kimik3-fp4-gb200-dynamo-vllm-agentic"
+    point = render_point(tree, key, "kimik3_p1x4ep16dpa_d0x4ep16dpa_conc64", tmp_path)
+    scripts = point["sbatch"].split("# sbatch script")[1:]
+    assert any("#SBATCH --nodes=4\n" in s and "#SBATCH --gres=gpu:4\n" in s and "#SBATCH --time=720\n" in s
+               for s in scripts)  # fmt: skip
+    worker = argv_of(point["engine"], "dynamo.vllm")
+    assert value(worker, "--tensor-parallel-size") == "4" and value(worker, "--data-parallel-size") == "4"
+    assert value(worker, "--data-parallel-size-local") == "1"  # 4 ranks of 4 GPUs on 4-GPU nodes
+    assert value(worker, "--max-num-seqs") == "64" and value(worker, "--block-size") == "64"
+    assert value(worker, "--served-model-name") == "moonshotai/Kimi-K3"
+    others = [name for name in point if name.startswith("node ")]
+    assert others == ["node 1 of 4: engine", "node 2 of 4: engine", "node 3 of 4: engine"]
+    assert "--headless" in argv_of(point["node 3 of 4: engine"], "dynamo.vllm")
+    frontend = argv_of(point["router"], "dynamo.frontend")
+    assert value(frontend, "--router-mode") == "kv" and value(frontend, "--kv-cache-block-size") == "64"
+    replay = shlex.split(point["replay"].splitlines()[-1])
+    assert value(replay, "--warmup-grace-period") == "3600" and value(replay, "--failed-request-threshold") == "0.1"
+    latency = render_point(tree, key, "kimik3_p1x16_d0x16_conc1", tmp_path)
+    replay = shlex.split(latency["replay"].splitlines()[-1])
+    assert value(replay, "--failed-request-threshold") == "0.25"
+
+
+def test_a_fixed_vllm_simple_pool_is_passed_as_the_file_gives_it(tree: Path, tmp_path: Path) -> None:
+    """minimax-m3/gb200-fp4/agentic/agg-tp4-vllm-simple-agentic.yaml's kv-transfer-config: SimpleCPUOffloadConnector
+    with cpu_bytes_to_use 549755813888, cpu_bytes_to_use_per_rank 137438953472, lazy_offload false."""
+    key, name = "minimaxm3-fp4-gb200-dynamo-vllm-agentic-agg-mtp", "minimaxm3_p1x4_d0x4_conc20_kvdram-vllm-simple"
+    worker = argv_of(render_point(tree, key, name, tmp_path)["engine"], "dynamo.vllm")
+    assert worker.count("--kv-transfer-config") == 1
+    config = json.loads(value(worker, "--kv-transfer-config"))
+    assert config["kv_connector"] == "SimpleCPUOffloadConnector"
+    assert config["kv_connector_extra_config"] == {
+        "cpu_bytes_to_use": 549755813888, "cpu_bytes_to_use_per_rank": 137438953472, "lazy_offload": False,
+    }  # fmt: skip
+
+
+def test_an_sglang_server_over_two_nodes_with_its_fixed_hicache(tree: Path, tmp_path: Path) -> None:
+    """sglang/glm5.2/gb200-fp4/agentic/glm5.2-agentx-agg.yaml: resources agg_nodes 2 x gpus_per_node 4;
+    tensor-parallel-size 8; enable-hierarchical-cache, hicache-size 135, hicache-write-policy write_back."""
+    key, name = "glm5.2-fp4-gb200-dynamo-sglang-agentic-agg", "glm5.2_p1x8_d0x8_conc1_kvdram-hicache"
+    point = render_point(tree, key, name, tmp_path)
+    assert "#SBATCH --nodes=2" in point["sbatch"] and "#SBATCH --gres=gpu:4" in point["sbatch"]
+    head, other = argv_of(point["engine"], "dynamo.sglang"), argv_of(point["node 1 of 2: engine"], "dynamo.sglang")
+    assert head[0] == "--model-path" and value(head, "--tensor-parallel-size") == "8"
+    assert value(head, "--hicache-size") == "135" and head.count("--enable-hierarchical-cache") == 1
+    assert value(head, "--hicache-write-policy") == "write_back"
+    assert (value(head, "--nnodes"), value(head, "--node-rank")) == ("2", "0")
+    assert (value(other, "--nnodes"), value(other, "--node-rank")) == ("2", "1")
+    assert value(head, "--dist-init-addr") == value(other, "--dist-init-addr")
+
+
+def test_a_bad_value_in_an_srt_recipe_is_one_line_with_its_file_and_line(tree: Path, tmp_path: Path) -> None:
+    """A copy of the tree whose recipe gives a replay setting that is no number: `file:line: field: message`, 2."""
+    copy = tmp_path / "tree"
+    shutil.copytree(tree, copy, symlinks=True)
+    recipe = copy / "benchmarks/multi_node/srt-slurm-recipes/vllm/minimax-m3/gb200-fp4/agentic/agg-tp4-agentic.yaml"
+    lines = recipe.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "AIPERF_EXTRA_INPUTS" in line)
+    lines.insert(at, '    AGENTIC_WARMUP_GRACE_PERIOD: "soon"')
+    recipe.write_text("\n".join(lines) + "\n")
+    done = run(
+        ["submit", "--dry-run", "--inferencex", str(copy), "minimaxm3-fp4-gb200-dynamo-vllm-agentic-agg-mtp"], tmp_path
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"slurmx: error: {recipe}:{at + 1}: benchmark.env.AGENTIC_WARMUP_GRACE_PERIOD: 'soon' is not a number"
+    )
