@@ -671,17 +671,22 @@ SNAKE_SECTIONS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("master", "line"), SNAKE_SECTIONS)
-def test_an_unknown_field_in_a_snake_case_section_gets_its_hint(tmp_path: Path, master: str, line: str) -> None:
+def _plan_process(tmp_path: Path, master: str) -> subprocess.CompletedProcess[str]:
+    """`slurmx plan k` as a whole process over `master` and CLUSTERS, written into tmp_path."""
     (tmp_path / "master.yaml").write_text(master)
     (tmp_path / "clusters.yaml").write_text(CLUSTERS)
     config, clusters = str(tmp_path / "master.yaml"), str(tmp_path / "clusters.yaml")
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "slurmx", "plan", "k", "--config", config, "--clusters", clusters],
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+@pytest.mark.parametrize(("master", "line"), SNAKE_SECTIONS)
+def test_an_unknown_field_in_a_snake_case_section_gets_its_hint(tmp_path: Path, master: str, line: str) -> None:
+    proc = _plan_process(tmp_path, master)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"slurmx: error: {tmp_path}/{line}\n")
 
 
@@ -703,15 +708,7 @@ WRONG_TYPES = [
 
 @pytest.mark.parametrize(("master", "expected"), WRONG_TYPES, ids=["dp-attn", "tp", "multinode", "spec-decoding"])
 def test_a_wrong_type_is_one_line_from_the_plan_process(tmp_path: Path, master: str, expected: str) -> None:
-    (tmp_path / "master.yaml").write_text(master)
-    (tmp_path / "clusters.yaml").write_text(CLUSTERS)
-    config, clusters = str(tmp_path / "master.yaml"), str(tmp_path / "clusters.yaml")
-    proc = subprocess.run(
-        [sys.executable, "-m", "slurmx", "plan", "k", "--config", config, "--clusters", clusters],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = _plan_process(tmp_path, master)
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == f"slurmx: error: {tmp_path}/{expected}\n"
 

@@ -38,3 +38,29 @@ def deployment_env(run_dir: Path) -> dict[str, str]:
         "DYN_FILE_KV": str(run_dir / DISCOVERY_DIR),
         **dict.fromkeys(LOOPBACK_HOSTS, "127.0.0.1"),
     }
+
+
+class DynamoWorker:
+    """What a Dynamo aggregated worker changes of its engine (mixed in before the engine's class): Dynamo's frontend
+    serves the API, the worker takes no host or port, its own port is its system port, and it has no HTTP reset."""
+
+    model_flag: str | None
+    frontend: Frontend | None = FRONTEND
+    srt_direct_launch: tuple[str, ...] = ()  # never served directly: Dynamo's frontend serves
+
+    def argv(
+        self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
+        flags: list[str],
+    ) -> list[str]:  # fmt: skip
+        # no host or port: the frontend serves the API; the worker's own port is its system port (port_env)
+        flag = model_flag or self.model_flag or "--model"
+        return [*head, flag, model, "--served-model-name", served_model_name, *flags]
+
+    def port_env(self, port: int) -> dict[str, str]:
+        return port_env(port)
+
+    def deployment_env(self, run_dir: Path) -> dict[str, str]:
+        return deployment_env(run_dir)
+
+    def cache_reset_path(self) -> str | None:
+        return None  # the worker's reset (clear_kv_blocks) is a Dynamo endpoint, not HTTP on its system port

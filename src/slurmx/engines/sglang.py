@@ -229,34 +229,16 @@ class SGLang:
 ENGINE = SGLang()
 
 
-class DynamoSGLang(SGLang):
+class DynamoSGLang(dynamo.DynamoWorker, SGLang):
     """SGLang's engine as Dynamo's aggregated worker (`python3 -m dynamo.sglang`: SGLang's own server flags, its
     metrics on Dynamo's system port) behind Dynamo's frontend (engines/dynamo.py). A row of framework dynamo-sglang
     whose srt-slurm recipe has frontend.type dynamo (recipes/srt.py serves it from that file)."""
 
     name = "dynamo-sglang"
-    frontend: Frontend | None = dynamo.FRONTEND
-    srt_direct_launch: tuple[str, ...] = ()  # never served directly: Dynamo's frontend serves
     distributions: tuple[str, ...] = ("sglang", "sgl-kernel", "ai-dynamo", "ai-dynamo-runtime", "torch")
     upstream_programs: Mapping[str, str] = MappingProxyType({
         "python3 -m dynamo.sglang": "engine", "python3 -m dynamo.frontend": "router",
     })  # fmt: skip
-
-    def argv(
-        self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
-        flags: list[str],
-    ) -> list[str]:  # fmt: skip
-        # no host or port: the frontend serves the API; the worker's own port is its system port (port_env)
-        return [*head, model_flag or "--model-path", model, "--served-model-name", served_model_name, *flags]
-
-    def port_env(self, port: int) -> dict[str, str]:
-        return dynamo.port_env(port)
-
-    def deployment_env(self, run_dir: Path) -> dict[str, str]:
-        return dynamo.deployment_env(run_dir)
-
-    def cache_reset_path(self) -> str | None:
-        return None  # the worker's reset (clear_kv_blocks) is a Dynamo endpoint, not HTTP on its system port
 
     def rank_span_problem(self, rank_gpus: int, gpus_per_node: int) -> str | None:
         if rank_gpus % gpus_per_node:  # each node runs an equal share of the server's TP ranks

