@@ -12,7 +12,7 @@ from pathlib import Path
 
 from slurmx.inputs import load_inputs
 from slurmx.upstream import standin as standin_module
-from slurmx.upstream.capture import ScriptRun, Started, capture, process_names, program_of
+from slurmx.upstream.capture import ScriptRun, Started, capture, fork_order, process_names, program_of
 from slurmx.upstream.facts import capture_paths, upstream_facts
 from slurmx.upstream.inferencex import upstream_for
 from slurmx.upstream.standin import SITE_PACKAGES
@@ -235,3 +235,21 @@ def test_a_find_of_anything_but_the_images_tree_is_the_real_one(tmp_path: Path) 
         [str(bin_dir / "find"), str(tmp_path / "results"), "-name", "*.json"], env=env, capture_output=True, text=True
     )
     assert done.stdout == f"{tmp_path}/results/a.json\n" and not log.exists()
+
+
+def test_backend_servers_are_numbered_in_fork_order_across_a_pid_wrap() -> None:
+    """Eight LMCache shards forked in one clock tick while the pids wrapped (pid_max 32768 on this machine: the full
+    suite forks more than that): 32766, 32767, then 300.. (the kernel's first pid after a wrap). Their records land
+    in any order; the names follow the forks, and ticks still order forks of different ticks."""
+    pids = [32766, 32767, 300, 301, 302, 303, 304, 305]
+    forked = [
+        Started("lmcache", ["server", "--port", str(5555 + k)], {}, start=(900, pid)) for k, pid in enumerate(pids)
+    ]
+    landed = [forked[k] for k in (5, 0, 7, 2, 1, 6, 3, 4)]
+    names = process_names(landed)
+    by_port = {s.argv[2]: n for s, n in zip(landed, names, strict=True)}
+    assert [by_port[str(5555 + k)] for k in range(8)] == [f"lmcache.{k}" for k in range(8)]
+    assert fork_order((900, 20000), [(900, 20000), (900, 20001)]) == (900, 20000)  # no wrap: pid as is
+    later_tick = Started("lmcache", ["server", "--port", "1"], {}, start=(901, 299))
+    earlier_tick = Started("lmcache", ["server", "--port", "2"], {}, start=(900, 32000))
+    assert process_names([later_tick, earlier_tick]) == ["lmcache.1", "lmcache.0"]

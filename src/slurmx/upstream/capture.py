@@ -153,10 +153,25 @@ def process_names(started: list[Started], table: Mapping[str, str] = SERVERS) ->
     land in no fixed order), as slurmx names its servers."""
     names: list[str | None] = [table.get(program_of(s, table)) for s in started]
     for program in BACKEND_SERVERS:
-        runs = sorted((s.start, i) for i, s in enumerate(started) if s.name == program)
+        runs = sorted((fork_order(s.start, [r.start for r in started if r.name == program]), i)
+                      for i, s in enumerate(started) if s.name == program)  # fmt: skip
         for number, (_, i) in enumerate(runs if len(runs) > 1 else []):
             names[i] = f"{names[i]}.{number}"
     return names
+
+
+# pids count up to the kernel's pid_max (32768 by default, 2**22 at most) and then start again from the bottom
+_PID_LIMIT = 1 << 22
+
+
+def fork_order(start: tuple[int, int], among: list[tuple[int, int]]) -> tuple[int, int]:
+    """`start` (clock tick, pid) as a key that sorts forks in the order they happened: within one tick the pid
+    counts up, unless it wrapped past pid_max there (pids far apart in one tick: the low ones came after)."""
+    tick, pid = start
+    pids = [p for t, p in among if t == tick]
+    low, high = min(pids, default=pid), max(pids, default=pid)
+    wrapped = high - low > 1 << 14 and pid < (low + high) // 2
+    return tick, pid + _PID_LIMIT if wrapped else pid
 
 
 _SHELL_NOISE = {
