@@ -229,6 +229,18 @@ def test_a_mooncake_segment_over_the_nodes_dram_is_refused_in_one_line(tree: Pat
     )
 
 
+def test_a_mooncake_segment_that_is_no_size_is_one_line_naming_the_store(tree: Path, tmp_path: Path) -> None:
+    copy, recipe = _mooncake_copy(tree, tmp_path, 'global_segment_size: "150GB"', 'global_segment_size: "lots"')
+    key = "kimik3-fp4-gb300-dynamo-vllm-agentic-mooncake-dcp8-agg"
+    done = run(["submit", "--dry-run", "--inferencex", str(copy), key], tmp_path)
+    assert done.returncode == 2
+    line = recipe.read_text().splitlines().index("  mooncake_kv_store:") + 1
+    assert done.stderr.strip() == (
+        f"slurmx: error: {key}: kimik3_p1x8_d0x8_conc48_kvdram-mooncake has {recipe}:{line}: backend.mooncake_kv_store: "
+        "kv-offload backend mooncake: global_segment_size 'lots' is not Mooncake's <n>GB"
+    )
+
+
 def test_a_mooncake_rank_over_several_nodes_without_a_fixed_segment_is_refused(tree: Path, tmp_path: Path) -> None:
     """The same file without its store section: the segment would come from the DRAM budget, over the whole rank."""
     copy, recipe = _mooncake_copy(tree, tmp_path, "  mooncake_kv_store:", "  other_section:")

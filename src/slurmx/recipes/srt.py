@@ -185,8 +185,12 @@ def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, t
             )
         store = kv_store(recipe)
         given = {**offload, KV_STORE: recipe.section("backend", store)} if store is not None else offload
-        try:  # the sizes the file fixes, as given; else what the backend derives from the point's budget
+        try:  # the sizes the file fixes, as given (its store section named where that is what fails)
             knobs = backend.fixed_knobs(given)
+        except ValueError as why:
+            at = recipe.where("backend", store) if store is not None else where
+            raise SrtRefused(f"{at}: kv-offload backend {point.backend_name}: {str(why).splitlines()[0]}") from None
+        try:  # else what the backend derives from the point's budget
             knobs = knobs if knobs is not None else backend.knobs_from_connector([offload], [point])
             arm = backend.arm_model.model_validate(knobs)
         except (ValueError, ValidationError) as why:
