@@ -30,7 +30,8 @@ SERVED = (
     "kimik3-fp4-gb200-dynamo-vllm-agentic",
     "minimaxm3-fp4-gb200-dynamo-vllm-agentic-agg-mtp",
 )
-# Mooncake's store for one rank over several nodes (a TP16 or TP8 rank over 4-GPU GB200/GB300 nodes)
+# Mooncake's store for one rank over several nodes (a TP16 or TP8 rank over 4-GPU GB200/GB300 nodes): one master on
+# the head for every node's ranks, each rank's segment as the file's backend.mooncake_kv_store fixes it
 MOONCAKE = (
     "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-dcp16-agg",
     "kimik3-fp4-gb200-dynamo-vllm-agentic-mooncake-dcp16-agg",
@@ -82,13 +83,16 @@ def test_the_served_keys_submit_as_a_dry_run_from_a_fresh_directory(tree: Path, 
         assert "would submit" in done.stdout, key
 
 
-def test_mooncake_over_several_nodes_and_a_missing_recipe_are_refused_in_one_line(tree: Path, tmp_path: Path) -> None:
+def test_the_mooncake_keys_over_several_nodes_submit_as_a_dry_run(tree: Path, tmp_path: Path) -> None:
     for key in MOONCAKE:
-        done = run(["submit", "--dry-run", "--inferencex", str(tree), key], tmp_path)
-        assert done.returncode == 2, key
-        line = done.stderr.strip()
-        assert "\n" not in line and "Traceback" not in line, line
-        assert "mooncake" in line and "several nodes" in line and "-mooncake-agentic.yaml" in line, line
+        cwd = tmp_path / key
+        cwd.mkdir()
+        done = run(["submit", "--dry-run", "--inferencex", str(tree), key], cwd)
+        assert done.returncode == 0, f"{key}: {done.stderr}"
+        assert "would submit" in done.stdout and "refused" not in done.stdout, key
+
+
+def test_a_missing_recipe_is_refused_in_one_line(tree: Path, tmp_path: Path) -> None:
     done = run(["submit", "--dry-run", "--inferencex", str(tree), MISSING], tmp_path)
     assert done.returncode == 2
     named = "CONFIG_FILE=benchmarks/multi_node/srt-slurm-recipes/trtllm/glm5.2/gb300-fp4/agentic/"
@@ -149,6 +153,103 @@ def test_an_sglang_server_over_two_nodes_with_its_fixed_hicache(tree: Path, tmp_
     assert (value(head, "--nnodes"), value(head, "--node-rank")) == ("2", "0")
     assert (value(other, "--nnodes"), value(other, "--node-rank")) == ("2", "1")
     assert value(head, "--dist-init-addr") == value(other, "--dist-init-addr")
+
+
+def config_file(section: str) -> dict[str, object]:
+    """The JSON of the `# file ...mooncake_config.json:` lines of a rendered process."""
+    lines = section.split("mooncake_config.json:\n", 1)[1].splitlines()
+    text = "\n".join(line.removeprefix("#   ") for line in lines if line.startswith("#   "))
+    parsed: dict[str, object] = json.loads(text)
+    return parsed
+
+
+def test_one_mooncake_master_on_the_head_serves_every_nodes_ranks(tree: Path, tmp_path: Path) -> None:
+    """kimi-k3/agentic/agg-gb200-dcp16-nospec-mooncake-agentic.yaml: resources agg_nodes 4 x gpus_per_node 4 (one TP16
+    rank); backend.mooncake_kv_store.master_extra_args --eviction_high_watermark_ratio=0.95 and --eviction_ratio=0.10,
+    store_config global_segment_size "96GB", local_buffer_size "4GB", metadata_server P2PHANDSHAKE, protocol rdma,
+    device_name mlx5_0,mlx5_1,mlx5_2,mlx5_3, mode embedded, enable_offload false; kv-transfer-config's
+    kv_connector_extra_config load_async, lookup_async true, enable_offload false."""
+    key, name = "kimik3-fp4-gb200-dynamo-vllm-agentic-mooncake-dcp16-agg", "kimik3_p1x16_d0x16_conc8_kvdram-mooncake"
+    point = render_point(tree, key, name, tmp_path)
+    assert "--nodes=4" in point["sbatch"] and "--gres=gpu:4" in point["sbatch"]
+    masters = [name for name in point if name.endswith("mooncake-master")]
+    assert masters == ["mooncake-master"]  # on the head only: no "node N of 4: mooncake-master"
+    master = shlex.split(point["mooncake-master"].splitlines()[-1].split(" mooncake_master ", 1)[1])
+    assert value(master, "--rpc_address") == "$HEAD_ADDRESS"  # reachable from every node, not loopback
+    assert value(master, "--eviction_high_watermark_ratio") == "0.95" and value(master, "--eviction_ratio") == "0.10"
+    engines = ["engine", *(f"node {n} of 4: engine" for n in (1, 2, 3))]
+    configs = [config_file(point[section]) for section in engines]
+    assert all(c == configs[0] for c in configs)  # every node's ranks: the same store
+    assert configs[0] == {
+        "master_server_address": f"$HEAD_ADDRESS:{value(master, '--port')}",
+        "global_segment_size": "96GB",
+        "local_buffer_size": "4GB",
+        "metadata_server": "P2PHANDSHAKE",
+        "protocol": "rdma",
+        "device_name": "mlx5_0,mlx5_1,mlx5_2,mlx5_3",
+        "mode": "embedded",
+        "enable_offload": False,
+    }
+    for section in engines:
+        worker = argv_of(point[section], "dynamo.vllm")
+        transfer = json.loads(value(worker, "--kv-transfer-config"))
+        assert transfer["kv_connector"] == "MooncakeStoreConnector"
+        assert transfer["kv_connector_extra_config"] == {
+            "load_async": True,
+            "lookup_async": True,
+            "enable_offload": False,
+        }
+        assert "MOONCAKE_CONFIG_PATH='$POINT_DIR/mooncake_config.json'" in point[section]
+
+
+def _mooncake_copy(tree: Path, tmp_path: Path, edit: str, by: str) -> tuple[Path, Path]:
+    copy = tmp_path / "tree"
+    shutil.copytree(tree, copy, symlinks=True)
+    recipe = (
+        copy
+        / "benchmarks/multi_node/srt-slurm-recipes/vllm/kimi-k3/agentic/agg-gb300-dcp8-nospec-mooncake-agentic.yaml"
+    )
+    text = recipe.read_text()
+    assert edit in text
+    recipe.write_text(text.replace(edit, by))
+    return copy, recipe
+
+
+def test_a_mooncake_segment_over_the_nodes_dram_is_refused_in_one_line(tree: Path, tmp_path: Path) -> None:
+    """4 GB300 ranks x 300 GB = 1200 GB, over the node's 860160 MiB (configs/clusters.yaml, cluster:gb300-nv: 901 GB)."""
+    copy, recipe = _mooncake_copy(tree, tmp_path, 'global_segment_size: "150GB"', 'global_segment_size: "300GB"')
+    key = "kimik3-fp4-gb300-dynamo-vllm-agentic-mooncake-dcp8-agg"
+    done = run(["submit", "--dry-run", "--inferencex", str(copy), key], tmp_path)
+    assert done.returncode == 2
+    line = recipe.read_text().splitlines().index('      global_segment_size: "300GB"') + 1
+    assert done.stderr.strip() == (
+        f"slurmx: error: {key}: kimik3_p1x8_d0x8_conc48_kvdram-mooncake has {recipe}:{line}: "
+        "backend.mooncake_kv_store.store_config.global_segment_size: 300 GB for each of a node's 4 ranks is 1200 GB, "
+        "more than the node's 901 GB of DRAM"
+    )
+
+
+def test_a_mooncake_segment_that_is_no_size_is_one_line_naming_the_store(tree: Path, tmp_path: Path) -> None:
+    copy, recipe = _mooncake_copy(tree, tmp_path, 'global_segment_size: "150GB"', 'global_segment_size: "lots"')
+    key = "kimik3-fp4-gb300-dynamo-vllm-agentic-mooncake-dcp8-agg"
+    done = run(["submit", "--dry-run", "--inferencex", str(copy), key], tmp_path)
+    assert done.returncode == 2
+    line = recipe.read_text().splitlines().index("  mooncake_kv_store:") + 1
+    assert done.stderr.strip() == (
+        f"slurmx: error: {key}: kimik3_p1x8_d0x8_conc48_kvdram-mooncake has {recipe}:{line}: backend.mooncake_kv_store: "
+        "kv-offload backend mooncake: global_segment_size 'lots' is not Mooncake's <n>GB"
+    )
+
+
+def test_a_mooncake_rank_over_several_nodes_without_a_fixed_segment_is_refused(tree: Path, tmp_path: Path) -> None:
+    """The same file without its store section: the segment would come from the DRAM budget, over the whole rank."""
+    copy, recipe = _mooncake_copy(tree, tmp_path, "  mooncake_kv_store:", "  other_section:")
+    key = "kimik3-fp4-gb300-dynamo-vllm-agentic-mooncake-dcp8-agg"
+    done = run(["submit", "--dry-run", "--inferencex", str(copy), key], tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert f"{recipe}:" in line and ": backend: kv-offload backend mooncake over 2 nodes: " in line, line
+    assert "only a segment size the recipe fixes serves it" in line, line
 
 
 def test_a_bad_value_in_an_srt_recipe_is_one_line_with_its_file_and_line(tree: Path, tmp_path: Path) -> None:

@@ -33,6 +33,10 @@ class ServerPorts:
     router_metrics: int = 0  # the router's Prometheus port
     rendezvous: int = 0  # where an engine on one node joins its ranks (Engine.local_rendezvous_flags)
     named: Mapping[str, int] = field(default_factory=dict)  # a backend's own ports, by the names it declares
+    # a multinode point's backend servers that run on the head for every node's ranks (Backend.head_servers): the
+    # head's address, where they listen and every node's ranks reach them (None: on this node, on loopback)
+    store_host: str | None = None
+    store_here: bool = True  # this node starts them (the head); the others only connect
 
     def __getitem__(self, name: str) -> int:
         return self.named[name]

@@ -37,6 +37,8 @@ KEYS = (
     # Dynamo rows whose srt-slurm recipe has Dynamo's frontend (recipes/srt.py), one point each:
     "dsv4-fp4-gb200-dynamo-vllm-agentic-mtp-agg",  # dynamo.vllm DEP8 over two 4-GPU nodes behind dynamo.frontend
     "dsv4-fp8-h200-dynamo-sglang-agentic-agg",  # dynamo.sglang TP8 with HiCache at ratio 6 (the file's), one node
+    # dynamo.vllm TP8 over two 4-GPU nodes, one Mooncake master on the head, 150 GB segments (the file's)
+    "kimik3-fp4-gb300-dynamo-vllm-agentic-mooncake-dcp8-agg",
 )
 # keys rendered from an InferenceX fixture tree (`slurmx render --inferencex DIR KEY`): its master configs
 TREES = {
@@ -46,6 +48,7 @@ TREES = {
     "kimik3-fp4-gb200-dynamo-vllm-agentic-dspark-mooncake-tp8pp2": "repo-main",
     "qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp": "repo-main", "qwen3.5-fp4-gb300-dynamo-sglang-agentic-agg": "repo-main",
     "dsv4-fp4-gb200-dynamo-vllm-agentic-mtp-agg": "repo-main", "dsv4-fp8-h200-dynamo-sglang-agentic-agg": "repo-main",
+    "kimik3-fp4-gb300-dynamo-vllm-agentic-mooncake-dcp8-agg": "repo-main",
 }  # fmt: skip
 # keys kept as one point's render (by its exp-name): the rest of the key differs only in figures its tests check
 ONE_POINT = {
@@ -56,6 +59,7 @@ ONE_POINT = {
     "qwen3.5-fp4-gb300-dynamo-sglang-agentic-agg": "qwen3.5_p1x2_d0x2_conc24_kvdram-hicache",
     "dsv4-fp4-gb200-dynamo-vllm-agentic-mtp-agg": "dsv4_p1x8ep8dpa_d0x8ep8dpa_conc8",
     "dsv4-fp8-h200-dynamo-sglang-agentic-agg": "dsv4_p1x8_d0x8_conc1_kvdram-hicache",
+    "kimik3-fp4-gb300-dynamo-vllm-agentic-mooncake-dcp8-agg": "kimik3_p1x8_d0x8_conc48_kvdram-mooncake",
 }  # fmt: skip
 
 

@@ -129,7 +129,7 @@ def test_the_heads_record_says_where_it_listens_and_why_it_ended(tmp_path: Path)
     record = json.loads((tmp_path / "nodes" / "head.json").read_text())
     assert record == {
         "job_id": "7.0", "node": "node01", "address": "10.0.0.1", "rpc_port": 4000, "master_port": 5000,
-        "ended": False, "reason": None,
+        "backend_ports": {}, "ended": False, "reason": None,
     }  # fmt: skip
     seen = Rendezvous(tmp_path, "7.0").head()
     assert seen is not None and (seen.master_port, seen.reason, seen.ended) == (5000, None, False)

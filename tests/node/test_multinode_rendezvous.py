@@ -103,3 +103,21 @@ def test_other_nodes_stop_waiting_for_a_head_that_died(tmp_path: Path) -> None:
         worker.await_head(timeout_s=5.0, head_node="node01")
     Rendezvous(tmp_path, "7.0").end("done")  # a head that ended is not gone
     assert worker.head_gone() is None
+
+
+def test_the_head_publishes_the_ports_of_the_backend_servers_it_runs_for_every_node(tmp_path: Path) -> None:
+    """A Mooncake master on the head for every node's ranks: its ports travel in head.json; none where it runs none."""
+    head, worker = Rendezvous(tmp_path, "7.0"), Rendezvous(tmp_path, "7.0")
+    head.publish_head(
+        "node01", NodePart(0, "10.0.0.1", 4000, 5000), {"mooncake-master": 6000, "mooncake-metrics": 6001}
+    )
+    seen = worker.await_head(timeout_s=1)
+    assert seen is not None and seen.backend_ports == {"mooncake-master": 6000, "mooncake-metrics": 6001}
+    head.end()
+    ended = worker.head()
+    assert (
+        ended is not None and ended.ended and ended.backend_ports == {"mooncake-master": 6000, "mooncake-metrics": 6001}
+    )
+    Rendezvous(tmp_path / "other", "7.0").publish_head("node01", NodePart(0, "10.0.0.1", 4000, 5000))
+    plain = Rendezvous(tmp_path / "other", "7.0").head()
+    assert plain is not None and plain.backend_ports == {}

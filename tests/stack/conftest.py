@@ -153,12 +153,14 @@ class StackEnv:
 
     def multinode_key(self, name: str, concs: list[int], workers: int = 2, tp: int = 1, arm: str = "none") -> None:
         """The local multinode key's shape (configs/local-multinode-master.yaml): one engine rank per node,
-        or with tp=2 one rank over both nodes (a stand-in GPU each); arm "lmcache": a server per node."""
+        or with tp=2 one rank over both nodes (a stand-in GPU each); arm "lmcache": a server per node, "mooncake": one
+        master on the head."""
         worker = {"num-worker": workers, "tp": tp, "ep": 1, "dp-attn": False}
         entry: dict[str, Any] = {"kv-offloading": "none", "conc-list": concs, "prefill": worker}
         entry["decode"] = {**worker, "num-worker": 0}
         if arm != "none":
-            entry |= {"kv-offloading": "dram", "kv-offload-backend": {"name": arm, "version": "0.5.6"}}
+            pin = {"version": "0.5.6"} if arm == "lmcache" else {}  # mooncake: the local stack's own wheel
+            entry |= {"kv-offloading": "dram", "kv-offload-backend": {"name": arm, **pin}}
         doc = {
             name: {
                 "image": "local-venv",

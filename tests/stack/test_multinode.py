@@ -9,6 +9,7 @@ import json
 import re
 import signal
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -173,4 +174,52 @@ def test_an_lmcache_arm_runs_a_server_per_node_each_rank_on_its_own(stack_env: S
     # engine log), not the head's alone: with the head's alone this valid arm was refused as "not engaged"
     evidence = result.slurmx.evidence
     assert evidence is not None and evidence.kv_pool_tokens == 2 * 2176, evidence
+    assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])
+
+
+def _metrics(port: int) -> dict[str, float]:
+    """The Mooncake master's /metrics, by series (name with labels) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, _, value = line.rpartition(" ")
+            out[series] = float(value)
+    return out
+
+
+def test_a_mooncake_arm_runs_one_master_on_the_head_for_both_nodes_ranks(stack_env: StackEnv) -> None:
+    """The Mooncake arm across nodes: one master on the head, none on node02; both nodes' ranks read a store config
+    naming the head's master, and the master counts both ranks' segments (one client each) while the replay runs."""
+    stack_env.recipe(RECIPE, **{"replay.sessions-per-conc": 8})
+    stack_env.multinode_key("mn-mooncake", [2], arm="mooncake")
+    stack_env.submit("mn-mooncake")
+    point = stack_env.wait_for(
+        "mn-mooncake", lambda s: s[0]["stage"] == "replay" or s[0]["state"] in ("failed", "completed"), timeout_s=900
+    )[0]
+    pdir = _point_dir(stack_env, point)
+    assert point["stage"] == "replay", (point, (pdir / "state.json").read_text())
+    master = (pdir / "commands" / "mooncake-master.txt").read_text()
+    assert not (pdir / "nodes" / "node02" / "commands" / "mooncake-master.txt").exists()  # the head's only
+    port = re.search(r" --port (\d+)", master)
+    metrics_port = re.search(r" --metrics_port (\d+)", master)
+    assert port is not None and metrics_port is not None, master
+    head = json.loads((pdir / "nodes" / "head.json").read_text())
+    assert head["backend_ports"]["mooncake-master"] == int(port.group(1)), head
+    address = f"{head['address']}:{port.group(1)}"
+    for where in (pdir, pdir / "nodes" / "node02"):
+        config = json.loads((where / "mooncake_config.json").read_text())
+        assert config["master_server_address"] == address, (where, config)
+    seen = _metrics(int(metrics_port.group(1)))
+    segments = {s for s in seen if s.startswith("segment_total_capacity_bytes{")}
+    assert seen.get("master_active_clients") == 2 and len(segments) == 2, {
+        k: v for k, v in seen.items() if "client" in k or "segment" in k or "capacity" in k
+    }
+    assert seen.get("master_total_capacity_bytes") == 2 * 2**30, seen.get("master_total_capacity_bytes")
+    point = _ended(stack_env, "mn-mooncake")
+    assert point["state"] == "completed", (point, (pdir / "state.json").read_text())
+    result = Result.model_validate(json.loads((pdir / "result.json").read_text()))
+    assert result.slurmx is not None and result.slurmx.invalid_reason is None, result.slurmx
+    assert result.slurmx.nodes == ["node01", "node02"]
     assert stack_env.wait_gone(point["job_id"]) == [], job_processes(point["job_id"])

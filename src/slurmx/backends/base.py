@@ -25,6 +25,8 @@ from slurmx.process import Process, ServerPorts
 from slurmx.runtimes.base import Runtime
 
 GB = 1_000_000_000
+# an srt-slurm recipe's store section (`backend.<name>_kv_store`), handed to fixed_knobs beside the connector JSON
+KV_STORE = "kv_store"
 
 
 class BackendSpec(BaseModel):
@@ -41,6 +43,11 @@ class BackendSpec(BaseModel):
     def host_memory_bytes(self) -> int:
         """Host DRAM the backend pins for its cache (preflight checks the node has it)."""
         return 0
+
+    def pool_gb_per_gpu(self) -> float:
+        """GB of host pool each GPU's rank brings (a store segment), which a node's ranks need of its DRAM budget;
+        0 where the backend's pool is not per rank."""
+        return 0.0
 
 
 class Arm(BaseModel):
@@ -137,6 +144,9 @@ class Backend(Protocol[S]):
     own_env: tuple[str, ...]  # engine env the backend sets itself (a recipe may not; import leaves it out)
     # why its store cannot serve one engine rank spread over several nodes (None: it can), said at resolve time
     rank_span_refusal: str | None
+    # on a multinode point its servers run on the head only, one set every node's ranks use at the head's address
+    # (ServerPorts.store_host); the other nodes start none of them
+    head_servers: bool
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         """Rules a recipe arm must obey to run this backend (checked when the recipe loads)."""
@@ -151,7 +161,8 @@ class Backend(Protocol[S]):
 
     def fixed_knobs(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The arm knobs that pin the connector's sizes as `config` gives them (an srt-slurm recipe's fixed pool,
-        over the point's DRAM budget); None where the backend has no such form."""
+        over the point's DRAM budget; the recipe's store section, if any, under KV_STORE); None where the backend
+        has no such form."""
         ...
 
     def probes(self, point: Point) -> list[Point]:
@@ -227,6 +238,7 @@ class BaseBackend(Generic[S]):
     preloads_torch: bool = False
     own_env: tuple[str, ...] = ()
     rank_span_refusal: str | None = None
+    head_servers: bool = False
 
     def check_arm(self, arm: Arm, engine_flags: Flags, env: dict[str, str], block_size: int) -> list[ArmProblem]:
         return []

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from slurmx.backends.base import (
     GB,
+    KV_STORE,
     Arm,
     ArmCapture,
     ArmProblem,
@@ -60,6 +61,7 @@ TIER_GAUGES = {"keys_max": "master_key_count", "allocated_bytes_max": "master_al
 CONNECTOR_OWN = frozenset({"master_server_address", "global_segment_size_gb"})
 CONFIG_OWN = frozenset({"master_server_address", "global_segment_size", "local_buffer_size"})
 HOST = "127.0.0.1"
+STORE_KEYS = frozenset({"store_config", "master_extra_args"})  # what of the section the backend carries out
 _SIZE = re.compile(r"(\d+)GB")  # Mooncake's size text, as the scripts write it
 Scalar = str | int | float | bool
 
@@ -82,6 +84,9 @@ class ConfigFile(BaseModel):
     reserve_per_node: NonNegativeInt = 0  # e.g. the checkpoint's page cache, left to the node
     reserve_per_rank: NonNegativeInt = 0  # e.g. a rank's --cpu-offload-gb and its local buffer
     local_buffer_gb: PositiveInt = 4  # local_buffer_size
+    # global_segment_size as a recipe fixes it (srt-slurm's mooncake_kv_store), in GB per rank, over the budget
+    # derivation above; the ranks' segments on a node must fit the node's DRAM budget
+    segment_gb: PositiveInt | None = None
     # the file's other settings, written as given (mode, metadata_server, protocol, device_name, ...)
     settings: dict[str, Scalar] = Field(default_factory=dict)
 
@@ -115,9 +120,14 @@ class MooncakeSpec(BackendSpec):
     config_settings: dict[str, Scalar] | None = None
     local_buffer_gb: int = 0
 
+    def pool_gb_per_gpu(self) -> float:
+        return self.per_rank_gb  # each rank (one per GPU) registers its own segment with the master
+
 
 def segment_size(point: Point, config: ConfigFile) -> int:
     """A rank's segment under the arm's config-file knobs (see ConfigFile)."""
+    if config.segment_gb is not None:
+        return config.segment_gb
     budget = _in_unit(point.total_cpu_dram_gb, config.budget_unit)
     return (budget - config.reserve_per_node) // point.server_gpus - config.reserve_per_rank
 
@@ -163,11 +173,14 @@ class Mooncake(BaseBackend[MooncakeSpec]):
     port_names = (MASTER, METRICS)
     connector = CONNECTOR
     own_env = (CONFIG_ENV,)
-    # every node starts its own master, RPC on loopback, for its own ranks (servers below; docs/multinode.md): the
-    # stages of one rank over several nodes would each read and write another store than the scheduler looks up
+    # a multinode point runs one master, on the head at its address, that every node's ranks register their
+    # segments with (as srt-slurm's one mooncake-master service; docs/multinode.md)
+    head_servers = True
+    # a rank over several nodes: the budget derivation would size its segment as the node's budget over the whole
+    # rank; such a point runs only with the segment its recipe fixes (ConfigFile.segment_gb, from an srt recipe)
     rank_span_refusal = (
-        "one Mooncake store for a rank over several nodes: slurmx starts a master on each node, on loopback, for that "
-        "node's ranks only (backends/mooncake.py), and sizes a rank's segment as the node's budget over the whole rank"
+        "a Mooncake segment derived from the DRAM budget for a rank over several nodes: slurmx sizes a rank's segment "
+        "as the node's budget over the whole rank; only a segment size the recipe fixes serves it"
     )
     # kv-offload-backend.version pins this wheel by default (vLLM's docs: the CUDA 12 build); CUDA 13 images
     # need mooncake-transfer-engine-cuda13, which the recipe arm names as `distribution`
@@ -215,9 +228,12 @@ class Mooncake(BaseBackend[MooncakeSpec]):
         return (MASTER,)
 
     def servers(self, spec: MooncakeSpec, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
-        # RPC on loopback: the node's own engine ranks are its only clients; metrics on a free port, not the fixed
-        # default 9003 (another master on the host, or anything else there, may hold it)
-        argv = [runtime.mooncake_master_bin, "--port", str(ports[MASTER]), "--rpc_address", HOST,
+        # RPC on loopback where the node's own engine ranks are its only clients, on the head's address where every
+        # node's are (a multinode point: the head's master only); metrics on a free port, not the fixed default 9003
+        # (another master on the host, or anything else there, may hold it)
+        if not ports.store_here:
+            return []
+        argv = [runtime.mooncake_master_bin, "--port", str(ports[MASTER]), "--rpc_address", ports.store_host or HOST,
                 "--metrics_port", str(ports[METRICS]), *spec.master_flags]  # fmt: skip
         return [Process(MASTER, runtime.wrap(argv, MASTER), {}, None, 60)]
 
@@ -287,6 +303,39 @@ class Mooncake(BaseBackend[MooncakeSpec]):
             knobs["connector-settings"] = settings
         return knobs
 
+    def fixed_knobs(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The store as an srt recipe fixes it (its `kv_store` section beside the connector JSON): the config file
+        with the recipe's global_segment_size per rank and its other settings, the master's extra args, the
+        connector's settings; None where the recipe has no store section."""
+        store = config.get(KV_STORE)
+        if store is None:
+            return None
+        if not isinstance(store, dict) or not isinstance(files := store.get("store_config"), dict):
+            raise ValueError("the store section has no store_config mapping")
+        if unknown := sorted(set(store) - STORE_KEYS):
+            raise ValueError(f"store section key(s) {', '.join(unknown)}: not carried out by slurmx")
+        file: dict[str, Any] = {"segment-gb": _size(files.get("global_segment_size"), "global_segment_size")}
+        buffer = _size(files.get("local_buffer_size", f"{ConfigFile().local_buffer_gb}GB"), "local_buffer_size")
+        if buffer != ConfigFile().local_buffer_gb:
+            file["local-buffer-gb"] = buffer
+        if settings := {k: v for k, v in files.items() if k not in CONFIG_OWN}:
+            file["settings"] = settings
+        knobs: dict[str, Any] = {"config-file": file}
+        flags: dict[str, Any] = {}
+        for arg in store.get("master_extra_args") or []:  # gflags' --name=value
+            name, given, value = str(arg).partition("=")
+            flags[name] = value if given else True
+        if flags:
+            knobs["master-flags"] = flags
+        if (policy := config.get("kv_load_failure_policy")) != "recompute":
+            knobs["load-failure-policy"] = policy
+        extra = config.get("kv_connector_extra_config", {})
+        if not isinstance(extra, dict):
+            raise ValueError("kv_connector_extra_config is not a JSON object")
+        if settings := {k: v for k, v in extra.items() if k not in CONNECTOR_OWN}:
+            knobs["connector-settings"] = settings
+        return knobs
+
     def metrics_urls(self, spec: MooncakeSpec, ports: ServerPorts) -> list[str]:
         return [loopback(ports[METRICS], "/metrics")]
 
@@ -300,7 +349,7 @@ class Mooncake(BaseBackend[MooncakeSpec]):
 
 
 def _master(ports: ServerPorts) -> str:
-    return f"{HOST}:{ports[MASTER]}"
+    return f"{ports.store_host or HOST}:{ports[MASTER]}"
 
 
 def _config_knobs(configs: list[Any], points: list[Point]) -> dict[str, Any]:

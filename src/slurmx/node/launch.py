@@ -99,6 +99,8 @@ def _launch_plan(
     implemented = spec.implementation
     backend, engine = implemented.backend, implemented.engine
     plan = LaunchPlan(engine_url=loopback(ports.engine))
+    if part is not None and backend.head_servers:  # one set on the head, at its address, for every node's ranks
+        ports = replace(ports, store_host=part.head_address, store_here=part.index == 0)
     plan.servers += backend.servers(spec.backend, ports, runtime, spec.env)
     flags = [f.replace(MODEL_PATH, runtime.model_path(spec.model)) for f in spec.engine_flags]
     if any(INFERENCEX_FILE in f for f in flags):  # a file of InferenceX's checkout (a chat template)

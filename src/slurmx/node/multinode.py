@@ -4,8 +4,8 @@ that they are up, failed or over.
 Every node runs one task of the job (submitit, one task per node). The head (node index 0) runs the point
 as a single-node point does, with its engine serving the API; the other nodes run headless engine ranks
 that register with it. They talk through small JSON files under `points/<id>/nodes/` on the shared
-results tree: `head.json` (the head's node, address and data-parallel RPC port, and whether the
-deployment is over) and `<node>.json` per other node (starting, running, failed with a reason, ended).
+results tree: `head.json` (the head's node, address and data-parallel RPC port, the ports of the backend servers it runs
+for every node's ranks, and whether the deployment is over) and `<node>.json` per other node (starting, running, failed with a reason, ended).
 Each file names the Slurm job, so files of an earlier attempt are never read as this one's. Every node's
 task also rewrites `<node>.beat` while it runs, so a task that died without a word (SIGKILL, OOM, a node
 gone) is noticed by the others.
@@ -18,9 +18,9 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -95,6 +95,7 @@ class Head:
     master_port: int
     ended: bool
     reason: str | None
+    backend_ports: dict[str, int] = field(default_factory=dict)  # its servers for every node's ranks, by name
 
 
 class Rendezvous:
@@ -150,9 +151,11 @@ class Rendezvous:
         return data if isinstance(data, dict) and data.get("job_id") == self.job_id else None
 
     # the head's side
-    def publish_head(self, node: str, part: NodePart) -> None:
+    def publish_head(self, node: str, part: NodePart, backend_ports: Mapping[str, int] | None = None) -> None:
+        """`backend_ports`: the ports of the backend servers the head runs for every node's ranks (by name)."""
         record = {"job_id": self.job_id, "node": node, "address": part.head_address, "rpc_port": part.rpc_port}
         record["master_port"] = part.master_port
+        record["backend_ports"] = dict(backend_ports or {})
         atomic.write_json(self.dir / HEAD_FILE, {**record, "ended": False, "reason": None})
 
     def end(self, reason: str | None = None) -> None:
@@ -205,6 +208,7 @@ class Rendezvous:
             master_port=int(data.get("master_port") or 0),
             ended=bool(data.get("ended")),
             reason=data.get("reason"),
+            backend_ports={str(k): int(v) for k, v in (data.get("backend_ports") or {}).items()},
         )
 
     def await_head(self, timeout_s: float, head_node: str | None = None) -> Head | None:

@@ -11,7 +11,8 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -107,11 +108,17 @@ class Prepared:
 
 
 def prepare_node(
-    first: Member, runtime: Runtime, supervisor: Supervisor, part: NodePart | None, run_dir: Path
+    first: Member,
+    runtime: Runtime,
+    supervisor: Supervisor,
+    part: NodePart | None,
+    run_dir: Path,
+    head_ports: Mapping[str, int] | None = None,
 ) -> Prepared:
     """Preflight, provisioning, ports, the launch plan and the NUMA placement of this node's servers: the same
     steps on the head and on every other node of a multinode point (`run_dir`: this node's directory of the
-    point, where the files its servers read are written)."""
+    point, where the files its servers read are written; `head_ports`: the backend ports the head published for
+    the servers it runs for every node's ranks)."""
     spec = first.spec
     node_profile = first.record.cluster_profile.node
     problems = preflight(
@@ -122,6 +129,8 @@ def prepare_node(
         raise PointFailed("preflight: " + "; ".join(problems))
     provisioning = provision.start(spec, runtime, supervisor)  # its other checks answer beside the servers' start
     ports = choose_ports(spec, free_ports(ports_needed(spec)))
+    if head_ports:
+        ports = replace(ports, named={**ports.named, **head_ports})
     plan = launch_plan(spec, ports, runtime, provisioning.provisioned.env, part, run_dir)
     for process in plan.servers:
         write_files(process)
@@ -140,8 +149,10 @@ def start_servers(first: Member, runtime: Runtime, supervisor: Supervisor, peers
         rpc_port, master_port = free_ports(2)
         address = node_address(task.name)
         part = NodePart(0, address, rpc_port, master_port, address)
-        peers.publish_head(task.name, part)
     prepared = prepare_node(first, runtime, supervisor, part, first.point.path)
+    if peers is not None and part is not None:  # where it listens, its ports chosen: the backend's shared servers' too
+        shared = prepared.ports.named if spec.implementation.backend.head_servers else {}
+        peers.publish_head(this_task().name, part, shared)
     ports, plan = prepared.ports, prepared.plan
     numa_prefix, numa_record = prepared.numa_prefix, prepared.numa_record
     base_env = dict(os.environ)

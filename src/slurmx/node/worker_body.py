@@ -65,6 +65,7 @@ def _serve(first: Member, task: NodeTask, rendezvous: Rendezvous, supervisor: Su
         supervisor,
         NodePart(task.index, head.address, head.rpc_port, head.master_port, node_address(task.name)),
         rendezvous.node_dir(task.name),
+        head.backend_ports,
     )
     started: list[Managed] = []
     try:

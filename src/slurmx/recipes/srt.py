@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from slurmx.backends import ArmProblem, BackendSpec
+from slurmx.backends.base import GB, KV_STORE
 from slurmx.config.srt import (
     CONFIG_FILE,
     DYNAMO_FRONTEND,
@@ -43,6 +44,7 @@ from slurmx.process import ServerPorts
 from slurmx.recipes.model import Replay
 from slurmx.recipes.spec import Implementation, RouterSpec, ServingSpec
 
+MIB = 1 << 20
 SERVED_NAME = "--served-model-name"  # the worker's argv names it (Engine.argv), from the file's value
 INJECTOR = Path("runners/inject_synthetic_acceptance.py")  # the launchers' recipe rewrite for SYNTHETIC_ACCEPTANCE
 
@@ -155,6 +157,11 @@ def _offload_where(recipe: SrtRecipe, engine: Engine, typed: Flags) -> str:
     return recipe.where("backend", recipe.config_key, "aggregated")
 
 
+def kv_store(recipe: SrtRecipe) -> str | None:
+    """The file's store section beside the connector (`backend.<name>_kv_store`: Mooncake's), by its key."""
+    return next((str(k) for k in recipe.section("backend") if str(k).endswith("_kv_store")), None)
+
+
 def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, typed: Flags) -> BackendSpec:
     """The point's KV-offload backend sized as the file configures it: the backend's own knobs rebuilt from the file's
     offload settings (`knobs_from_connector`, what `recipes import` does with a script's), then sized for the point.
@@ -176,8 +183,14 @@ def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, t
             raise SrtRefused(
                 f"{where}: KV offload {connector}; the row's backend {point.backend_name} is {backend.connector}"
             )
-        try:  # the sizes the file fixes, as given; else what the backend derives from the point's budget
-            knobs = backend.fixed_knobs(offload)
+        store = kv_store(recipe)
+        given = {**offload, KV_STORE: recipe.section("backend", store)} if store is not None else offload
+        try:  # the sizes the file fixes, as given (its store section named where that is what fails)
+            knobs = backend.fixed_knobs(given)
+        except ValueError as why:
+            at = recipe.where("backend", store) if store is not None else where
+            raise SrtRefused(f"{at}: kv-offload backend {point.backend_name}: {str(why).splitlines()[0]}") from None
+        try:  # else what the backend derives from the point's budget
             knobs = knobs if knobs is not None else backend.knobs_from_connector([offload], [point])
             arm = backend.arm_model.model_validate(knobs)
         except (ValueError, ValidationError) as why:
@@ -190,6 +203,32 @@ def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, t
     except ArmProblem as problem:
         raise SrtRefused(f"{where}: kv-offload backend {point.backend_name}: {problem.message}") from None
     return spec
+
+
+def check_rank_span(recipe: SrtRecipe, layout: NodeLayout, implemented: Implementation, typed: Flags) -> None:
+    """A rank over several nodes with a KV offload whose backend derives its pool over the whole rank
+    (`Backend.rank_span_refusal`) needs the pool size the file fixes (its store section): SrtRefused when not."""
+    backend = implemented.backend
+    if layout.ranks_per_node or backend.rank_span_refusal is None or kv_store(recipe) is not None:
+        return
+    if implemented.engine.offload_in(typed) is not None:
+        raise SrtRefused(f"{recipe.where('backend')}: kv-offload backend {backend.name} over {layout.nodes} nodes: "
+                         f"{backend.rank_span_refusal}")  # fmt: skip
+
+
+def check_pool(recipe: SrtRecipe, layout: NodeLayout, spec: BackendSpec, node_dram_mib: int | None) -> None:
+    """The pools of a node's ranks must fit the node's DRAM (`node_dram_mib`, the profile's available-cpu-dram-mib):
+    SrtRefused, one line naming the file's field, when not."""
+    store = kv_store(recipe)
+    where = recipe.where("backend")
+    need_gb = spec.pool_gb_per_gpu() * layout.gpus_per_node
+    if node_dram_mib is not None and need_gb * GB > node_dram_mib * MIB:
+        if store is not None:
+            where = recipe.where("backend", store, "store_config", "global_segment_size")
+        raise SrtRefused(
+            f"{where}: {spec.pool_gb_per_gpu():g} GB for each of a node's {layout.gpus_per_node} ranks is "
+            f"{need_gb:g} GB, more than the node's {node_dram_mib * MIB // GB} GB of DRAM"
+        )
 
 
 def offload_flags(implemented: Implementation, spec: BackendSpec) -> frozenset[str]:
@@ -280,8 +319,15 @@ def worker_launcher(engine: Engine) -> list[str]:
     return next(program for program, role in engine.upstream_programs.items() if role == "engine").split()
 
 
-def srt_serving(tree: Path | None, point: Point, layout: NodeLayout, implemented: Implementation) -> ServingSpec:
-    """The point's ServingSpec from its srt-slurm recipe; SrtRefused (one line) when the file cannot serve it."""
+def srt_serving(
+    tree: Path | None,
+    point: Point,
+    layout: NodeLayout,
+    implemented: Implementation,
+    node_dram_mib: int | None = None,
+) -> ServingSpec:
+    """The point's ServingSpec from its srt-slurm recipe; SrtRefused (one line) when the file cannot serve it
+    (`node_dram_mib`: a node's DRAM, which the pools the file fixes must fit)."""
     engine = implemented.engine
     srt_recipe(tree, point)  # no checkout, or no file there: refused in one line
     assert tree is not None
@@ -291,8 +337,10 @@ def srt_serving(tree: Path | None, point: Point, layout: NodeLayout, implemented
     if problems:
         raise SrtRefused(problems[0])
     typed = {flag_of(k): _typed(v) for k, v in recipe.engine_config.items()}
-    backend_spec = offload_spec(recipe, point, implemented, typed)
     layout = _layout(recipe, layout, engine, typed)
+    check_rank_span(recipe, layout, implemented, typed)
+    backend_spec = offload_spec(recipe, point, implemented, typed)
+    check_pool(recipe, layout, backend_spec, node_dram_mib)
     flags, served = _worker_flags(recipe, offload_flags(implemented, backend_spec) | node_flag_names(engine, layout))
     revision = recipe.section("identity", "model").get("revision")
     limit = recipe.section("slurm").get("time_limit")

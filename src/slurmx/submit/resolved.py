@@ -94,7 +94,9 @@ def why_not_runnable(
         worker_gpus = server_gpus(worker.tp, worker.pp, worker.pcp_size)
         engine = engine or engines.get(point.engine)
         backend = backend or backends.get(point.backend_name)
-        if backend.rank_span_refusal is not None:  # named by the row's srt-slurm recipe, where it names one
+        # named by the row's srt-slurm recipe, where it names one; one behind a frontend of its own is served from that
+        # recipe, which may fix the pool's size (recipes/srt.py:check_pool)
+        if backend.rank_span_refusal is not None and engine.frontend is None:
             named = named_recipe(worker.additional_settings)
             where = f"{named}: " if named else ""
             return f"{where}kv-offload-backend {backend.name} over {layout.nodes} nodes: {backend.rank_span_refusal}"
@@ -155,7 +157,8 @@ def serve(point: Point, inputs: Inputs, layout: NodeLayout, parts: Implementatio
     """The point's serving spec: from its recipe in jobs/, or for an engine behind a frontend of its own (Dynamo's
     aggregated worker) from the srt-slurm recipe its row names (recipes/srt.py)."""
     if parts.engine.frontend is not None:
-        return srt_serving(inputs.inferencex, point, layout, parts)
+        dram = inputs.submittable_profile(point).available_cpu_dram_mib
+        return srt_serving(inputs.inferencex, point, layout, parts, dram)
     return resolve(point, inputs.recipes(), layout, parts)
 
 
