@@ -167,3 +167,25 @@ def test_a_bad_value_in_an_srt_recipe_is_one_line_with_its_file_and_line(tree: P
     assert done.stderr.strip() == (
         f"slurmx: error: {recipe}:{at + 1}: benchmark.env.AGENTIC_WARMUP_GRACE_PERIOD: 'soon' is not a number"
     )
+
+
+def test_a_node_of_a_two_node_hicache_server_asks_the_pools_of_its_own_four_ranks(tree: Path, tmp_path: Path) -> None:
+    """sglang/glm5.2/gb200-fp4/agentic/glm5.2-agentx-agg.yaml: tensor-parallel-size 8 over agg_nodes 2 x gpus_per_node
+    4, hicache-size 135 (GB per rank: SGLang's HostKVCache is allocated by each TP rank's own process). Each node holds
+    4 ranks: 4 x 135 GB = 540 GB, plus preflight's margin of 5 % (27 GB) = 567 GB = 540733 MiB, over a profile's
+    16G (16384 MiB): --mem=557117M per node (8 ranks' pools would ask 1097850M)."""
+    profiles = (ROOT / "configs" / "clusters.yaml").read_text()
+    at = profiles.index("  cluster:gb200-nv:")
+    at = profiles.index('mem: "0"', at)
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(profiles[:at] + 'mem: "16G"' + profiles[at + len('mem: "0"') :])
+    for key in ("glm5.2-fp4-gb200-dynamo-sglang-agentic-agg", "glm5.2-fp4-gb200-dynamo-sglang-agentic-mtp-agg"):
+        cwd = tmp_path / key
+        cwd.mkdir()
+        done = run(["submit", "--dry-run", "--clusters", str(clusters), "--inferencex", str(tree), key], cwd)
+        assert done.returncode == 0, done.stderr
+        asked = [line for line in done.stdout.splitlines() if line.startswith("sbatch script for ")]
+        assert asked and all(" x2 nodes mem=557117M " in line for line in asked), asked
+        assert "#SBATCH --mem=557117M\n" in done.stdout and "#SBATCH --nodes=2\n" in done.stdout
+    rendered = run(["render", "--clusters", str(clusters), "--inferencex", str(tree), key], tmp_path)
+    assert rendered.returncode == 0 and "#SBATCH --mem=557117M\n" in rendered.stdout

@@ -155,10 +155,13 @@ def _offload_where(recipe: SrtRecipe, engine: Engine, typed: Flags) -> str:
     return recipe.where("backend", recipe.config_key, "aggregated")
 
 
-def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, typed: Flags) -> BackendSpec:
+def offload_spec(
+    recipe: SrtRecipe, point: Point, implemented: Implementation, typed: Flags, layout: NodeLayout
+) -> BackendSpec:
     """The point's KV-offload backend sized as the file configures it: the backend's own knobs rebuilt from the file's
-    offload settings (`knobs_from_connector`, what `recipes import` does with a script's), then sized for the point.
-    The row and the file must name the same tier; one the backend cannot rebuild is refused, naming the field."""
+    offload settings (`knobs_from_connector`, what `recipes import` does with a script's), then sized for the point
+    and for one node of the file's `layout`. The row and the file must name the same tier; one the backend cannot
+    rebuild is refused, naming the field."""
     engine, backend = implemented.engine, implemented.backend
     offload = engine.offload_in(typed)
     where = _offload_where(recipe, engine, typed)
@@ -189,7 +192,8 @@ def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, t
         spec: BackendSpec = backend.spec(arm, point)
     except ArmProblem as problem:
         raise SrtRefused(f"{where}: kv-offload backend {point.backend_name}: {problem.message}") from None
-    return spec
+    on_node: BackendSpec = backend.on_node(spec, layout.gpus_per_node)
+    return on_node
 
 
 def offload_flags(implemented: Implementation, spec: BackendSpec) -> frozenset[str]:
@@ -291,8 +295,8 @@ def srt_serving(tree: Path | None, point: Point, layout: NodeLayout, implemented
     if problems:
         raise SrtRefused(problems[0])
     typed = {flag_of(k): _typed(v) for k, v in recipe.engine_config.items()}
-    backend_spec = offload_spec(recipe, point, implemented, typed)
     layout = _layout(recipe, layout, engine, typed)
+    backend_spec = offload_spec(recipe, point, implemented, typed, layout)
     flags, served = _worker_flags(recipe, offload_flags(implemented, backend_spec) | node_flag_names(engine, layout))
     revision = recipe.section("identity", "model").get("revision")
     limit = recipe.section("slurm").get("time_limit")
