@@ -189,3 +189,40 @@ def test_a_node_of_a_two_node_hicache_server_asks_the_pools_of_its_own_four_rank
         assert "#SBATCH --mem=557117M\n" in done.stdout and "#SBATCH --nodes=2\n" in done.stdout
     rendered = run(["render", "--clusters", str(clusters), "--inferencex", str(tree), key], tmp_path)
     assert rendered.returncode == 0 and "#SBATCH --mem=557117M\n" in rendered.stdout
+
+
+def test_plan_shows_the_request_submit_makes_from_the_srt_recipe(tree: Path, tmp_path: Path) -> None:
+    """kimi-k3/agentic/: agg-gb200-tp16-latency-agentic.yaml and agg-gb200-tep16-balanced-agentic.yaml say resources
+    agg_nodes 4 x gpus_per_node 4, slurm.time_limit 8:00:00 (480 min); agg-gb200-dep16-throughput-agentic.yaml and
+    agg-gb200-dep16-throughput-vllm-simple-offload-agentic.yaml agg_nodes 4 x gpus_per_node 4, 12:00:00 (720 min).
+    The DEP16 rows say tp 4 (one 4-GPU node by the row); the profile's limit is 360 min. Plan shows the file's
+    figures, in its table and --json, and each point's request is one of submit's arrays, task for task."""
+    key = "kimik3-fp4-gb200-dynamo-vllm-agentic"
+    by_file = {
+        "agg-gb200-tp16-latency-agentic.yaml": "batch gpu:4 x4 nodes mem=0 excl 480m",
+        "agg-gb200-tep16-balanced-agentic.yaml": "batch gpu:4 x4 nodes mem=0 excl 480m",
+        "agg-gb200-dep16-throughput-agentic.yaml": "batch gpu:4 x4 nodes mem=0 excl 720m",
+        "agg-gb200-dep16-throughput-vllm-simple-offload-agentic.yaml": "batch gpu:4 x4 nodes mem=0 excl 720m",
+    }
+    planned = run(["plan", "--json", "--inferencex", str(tree), key], tmp_path)
+    assert planned.returncode == 0 and planned.stderr == "", planned.stderr
+    rows = json.loads(planned.stdout)
+    assert len(rows) == 18
+    for row in rows:
+        named = row["prefill"]["additional-settings"][0].rsplit("/", 1)[1]
+        assert row["slurm-request"] == by_file[named], (row["exp-name"], row["slurm-request"])
+        assert "recipe-note" not in row and row["recipe"].startswith("kimi-k3-vllm-agg-gb200-")
+    dep16 = [r for r in rows if r["prefill"]["tp"] == 4]
+    assert len(dep16) == 10 and all(r["prefill"]["dp-attn"] for r in dep16)  # the row's fields as InferenceX's
+    submitted = run(["submit", "--dry-run", "--json", "--inferencex", str(tree), key], tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    arrays = json.loads(submitted.stdout)[0]["arrays"]
+    asked: dict[str, int] = {}
+    for row in rows:
+        asked[row["slurm-request"]] = asked.get(row["slurm-request"], 0) + 1
+    expected = {"batch gpu:4 x4 nodes mem=0 excl 480m": 8, "batch gpu:4 x4 nodes mem=0 excl 720m": 10}
+    assert {a["request"]: a["tasks"] for a in arrays} == asked == expected
+    table = run(["plan", "--inferencex", str(tree), key], tmp_path)
+    assert table.returncode == 0
+    lines = [line for line in table.stdout.splitlines() if "p1x4ep16dpa_d0x4ep16dpa" in line]
+    assert len(lines) == 10 and all("batch gpu:4 x4 nodes mem=0 excl 720m" in line for line in lines)
