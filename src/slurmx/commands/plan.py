@@ -86,6 +86,10 @@ def recipe_notes(loaded: Inputs) -> RecipeNotes:
             found.notes |= {p.point_id: f"recipes unreadable: {unreadable}" for p, _ in from_jobs}
     for p, implemented, profile in served:
         name = None
+        why = why_not_runnable(p, profile, implemented.engine, implemented.backend) if profile is not None else None
+        if why is not None:  # what submit refuses it with, before any recipe is read
+            found.notes[p.point_id] = f"submit refuses it: {why}"
+            continue
         if implemented.engine.frontend is None:  # a recipe of jobs/: named, or the nearest one as a hint
             if recipes is None:
                 continue
@@ -96,10 +100,6 @@ def recipe_notes(loaded: Inputs) -> RecipeNotes:
                 found.notes[p.point_id] = f"no serving recipe for {p.config_key}{hint}"
                 continue
             name = found.names[p.point_id] = file.recipe.recipe
-        why = why_not_runnable(p, profile, implemented.engine, implemented.backend) if profile is not None else None
-        if why is not None:
-            found.notes[p.point_id] = f"submit refuses it: {why}"
-            continue
         try:
             spec = (
                 serving_of(p, loaded, profile, implemented)
