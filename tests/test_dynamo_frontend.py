@@ -268,3 +268,62 @@ def test_a_bad_value_in_an_srt_recipe_is_one_line_with_its_file_and_line(tree: P
     assert done.stderr.strip() == (
         f"slurmx: error: {recipe}:{at + 1}: benchmark.env.AGENTIC_WARMUP_GRACE_PERIOD: 'soon' is not a number"
     )
+
+
+def test_a_node_of_a_two_node_hicache_server_asks_the_pools_of_its_own_four_ranks(tree: Path, tmp_path: Path) -> None:
+    """sglang/glm5.2/gb200-fp4/agentic/glm5.2-agentx-agg.yaml: tensor-parallel-size 8 over agg_nodes 2 x gpus_per_node
+    4, hicache-size 135 (GB per rank: SGLang's HostKVCache is allocated by each TP rank's own process). Each node holds
+    4 ranks: 4 x 135 GB = 540 GB, plus preflight's margin of 5 % (27 GB) = 567 GB = 540733 MiB, over a profile's
+    16G (16384 MiB): --mem=557117M per node (8 ranks' pools would ask 1097850M)."""
+    profiles = (ROOT / "configs" / "clusters.yaml").read_text()
+    at = profiles.index("  cluster:gb200-nv:")
+    at = profiles.index('mem: "0"', at)
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(profiles[:at] + 'mem: "16G"' + profiles[at + len('mem: "0"') :])
+    for key in ("glm5.2-fp4-gb200-dynamo-sglang-agentic-agg", "glm5.2-fp4-gb200-dynamo-sglang-agentic-mtp-agg"):
+        cwd = tmp_path / key
+        cwd.mkdir()
+        done = run(["submit", "--dry-run", "--clusters", str(clusters), "--inferencex", str(tree), key], cwd)
+        assert done.returncode == 0, done.stderr
+        asked = [line for line in done.stdout.splitlines() if line.startswith("sbatch script for ")]
+        assert asked and all(" x2 nodes mem=557117M " in line for line in asked), asked
+        assert "#SBATCH --mem=557117M\n" in done.stdout and "#SBATCH --nodes=2\n" in done.stdout
+    rendered = run(["render", "--clusters", str(clusters), "--inferencex", str(tree), key], tmp_path)
+    assert rendered.returncode == 0 and "#SBATCH --mem=557117M\n" in rendered.stdout
+
+
+def test_plan_shows_the_request_submit_makes_from_the_srt_recipe(tree: Path, tmp_path: Path) -> None:
+    """kimi-k3/agentic/: agg-gb200-tp16-latency-agentic.yaml and agg-gb200-tep16-balanced-agentic.yaml say resources
+    agg_nodes 4 x gpus_per_node 4, slurm.time_limit 8:00:00 (480 min); agg-gb200-dep16-throughput-agentic.yaml and
+    agg-gb200-dep16-throughput-vllm-simple-offload-agentic.yaml agg_nodes 4 x gpus_per_node 4, 12:00:00 (720 min).
+    The DEP16 rows say tp 4 (one 4-GPU node by the row); the profile's limit is 360 min. Plan shows the file's
+    figures, in its table and --json, and each point's request is one of submit's arrays, task for task."""
+    key = "kimik3-fp4-gb200-dynamo-vllm-agentic"
+    by_file = {
+        "agg-gb200-tp16-latency-agentic.yaml": "batch gpu:4 x4 nodes mem=0 excl 480m",
+        "agg-gb200-tep16-balanced-agentic.yaml": "batch gpu:4 x4 nodes mem=0 excl 480m",
+        "agg-gb200-dep16-throughput-agentic.yaml": "batch gpu:4 x4 nodes mem=0 excl 720m",
+        "agg-gb200-dep16-throughput-vllm-simple-offload-agentic.yaml": "batch gpu:4 x4 nodes mem=0 excl 720m",
+    }
+    planned = run(["plan", "--json", "--inferencex", str(tree), key], tmp_path)
+    assert planned.returncode == 0 and planned.stderr == "", planned.stderr
+    rows = json.loads(planned.stdout)
+    assert len(rows) == 18
+    for row in rows:
+        named = row["prefill"]["additional-settings"][0].rsplit("/", 1)[1]
+        assert row["slurm-request"] == by_file[named], (row["exp-name"], row["slurm-request"])
+        assert "recipe-note" not in row and row["recipe"].startswith("kimi-k3-vllm-agg-gb200-")
+    dep16 = [r for r in rows if r["prefill"]["tp"] == 4]
+    assert len(dep16) == 10 and all(r["prefill"]["dp-attn"] for r in dep16)  # the row's fields as InferenceX's
+    submitted = run(["submit", "--dry-run", "--json", "--inferencex", str(tree), key], tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    arrays = json.loads(submitted.stdout)[0]["arrays"]
+    asked: dict[str, int] = {}
+    for row in rows:
+        asked[row["slurm-request"]] = asked.get(row["slurm-request"], 0) + 1
+    expected = {"batch gpu:4 x4 nodes mem=0 excl 480m": 8, "batch gpu:4 x4 nodes mem=0 excl 720m": 10}
+    assert {a["request"]: a["tasks"] for a in arrays} == asked == expected
+    table = run(["plan", "--inferencex", str(tree), key], tmp_path)
+    assert table.returncode == 0
+    lines = [line for line in table.stdout.splitlines() if "p1x4ep16dpa_d0x4ep16dpa" in line]
+    assert len(lines) == 10 and all("batch gpu:4 x4 nodes mem=0 excl 720m" in line for line in lines)

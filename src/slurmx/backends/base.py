@@ -187,6 +187,11 @@ class Backend(Protocol[S]):
         """The sizes this point runs with, from its DRAM budget; ArmProblem if the arm cannot serve it."""
         ...
 
+    def on_node(self, spec: S, gpus: int) -> S:
+        """`spec` as one node of the point holds it, with `gpus` engine ranks there (one process per GPU: the
+        node layout's GPUs per node); a pool each rank process allocates counts that node's ranks only."""
+        ...
+
     def servers(self, spec: S, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
         """Processes to start before the engine, in order (env is the recipe's env policy)."""
         ...
@@ -268,6 +273,9 @@ class BaseBackend(Generic[S]):
 
     def spec(self, arm: Arm, point: Point) -> S:
         raise NotImplementedError
+
+    def on_node(self, spec: S, gpus: int) -> S:
+        return spec
 
     def servers(self, spec: S, ports: ServerPorts, runtime: Runtime, env: dict[str, str]) -> list[Process]:
         return []

@@ -58,10 +58,12 @@ class HiCacheArm(Arm):
 class HiCacheSpec(BackendSpec):
     size_gb: int | None = None  # --hicache-size: GB of host pool per TP rank
     ratio: float | None = None  # --hicache-ratio instead
+    # the TP ranks on one node: each rank's own process allocates its host pool (SGLang's HostKVCache, sized
+    # --hicache-size GB, or --hicache-ratio x its device pool), so a node holds its own ranks' pools only
     ranks: int = 1
 
     def host_memory_bytes(self) -> int:
-        # the target KV host pool of every rank (a hybrid model's Mamba and a draft pool come on top)
+        # the target KV host pool of every rank on the node (a hybrid model's Mamba and a draft pool come on top)
         return (self.size_gb or 0) * GB * self.ranks
 
 
@@ -86,7 +88,7 @@ class HiCache(BaseBackend[HiCacheSpec]):
         version = backend_version(point)
         if point.conc in knobs.size_gb_at_conc:
             return HiCacheSpec(
-                name=self.name, version=version, size_gb=knobs.size_gb_at_conc[point.conc], ranks=point.tp
+                name=self.name, version=version, size_gb=knobs.size_gb_at_conc[point.conc], ranks=_tp(point)
             )
         if knobs.ratio is not None:
             return HiCacheSpec(name=self.name, version=version, ratio=knobs.ratio, ranks=_tp(point))
@@ -100,6 +102,10 @@ class HiCache(BaseBackend[HiCacheSpec]):
                 f"{point.exp_name}: a budget of {point.total_cpu_dram_gb} GB leaves no whole GB per rank",
             )
         return HiCacheSpec(name=self.name, version=version, size_gb=size, ranks=_tp(point))
+
+    def on_node(self, spec: HiCacheSpec, gpus: int) -> HiCacheSpec:
+        # a server over several nodes (TP8 on 4-GPU nodes) has only `gpus` of its ranks, and their pools, on each
+        return spec.model_copy(update={"ranks": gpus})
 
     def refusal(self, engine: Engine) -> str | None:
         if engine.name not in ENGINES:

@@ -11,7 +11,7 @@ from slurmx.commands.common import add_config_options, load_points, report_key_e
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.plan import Point
-from slurmx.recipes.resolve import implementation, match_values, near_recipe, nearest_hint, resolve
+from slurmx.recipes.resolve import implementation, match_values, near_recipe, nearest_hint
 from slurmx.recipes.spec import ServingSpec
 from slurmx.store import atomic
 
@@ -62,34 +62,56 @@ class RecipeNotes:
 
 
 def recipe_notes(loaded: Inputs) -> RecipeNotes:
+    """Each point submit would serve, resolved by submit's own code (`submit.resolved.serve`: a multinode point's
+    nodes, GPUs and time from its recipe, an srt-slurm recipe's included), or why not, as information."""
+    # here, not at the top: a plan with nothing to serve never imports submit and node code
+    from slurmx.submit.resolved import serve, serving_of, why_not_runnable, why_not_submittable
+
     found = RecipeNotes()
     served = []
     for p in loaded.points:
-        if p.multinode or p.scenario != "agentic-coding":
-            continue
+        profile = loaded.clusters.profiles.get(p.runner)
+        if why_not_submittable(p) is not None or (p.multinode and profile is None):
+            continue  # submit refuses it before any recipe is read: its request is the row's layout
         try:
-            served.append((p, implementation(p)))
+            served.append((p, implementation(p), profile))
         except UserError as missing:  # said before jobs/ is read: a key slurmx cannot serve needs no recipe
             found.notes[p.point_id] = str(missing)
-    if not served:
-        return found
-    try:
-        recipes = loaded.recipes()
-    except UserError as unreadable:
-        found.notes |= {p.point_id: f"recipes unreadable: {unreadable}" for p, _ in served}
-        return found
-    for p, implemented in served:
-        file = recipes.find(match_values(p))
-        if file is None:
-            near = near_recipe(p, recipes)
-            hint = f"; {nearest_hint(near)}" if near else ""
-            found.notes[p.point_id] = f"no serving recipe for {p.config_key}{hint}"
-            continue
-        found.names[p.point_id] = file.recipe.recipe
+    from_jobs = [(p, parts) for p, parts, _ in served if parts.engine.frontend is None]
+    recipes = None
+    if from_jobs:
         try:
-            found.specs[p.point_id] = resolve(p, recipes, implemented=implemented)
+            recipes = loaded.recipes()
+        except UserError as unreadable:
+            found.notes |= {p.point_id: f"recipes unreadable: {unreadable}" for p, _ in from_jobs}
+    for p, implemented, profile in served:
+        name = None
+        why = why_not_runnable(p, profile, implemented.engine, implemented.backend) if profile is not None else None
+        if why is not None:  # what submit refuses it with, before any recipe is read
+            found.notes[p.point_id] = f"submit refuses it: {why}"
+            continue
+        if implemented.engine.frontend is None:  # a recipe of jobs/: named, or the nearest one as a hint
+            if recipes is None:
+                continue
+            file = recipes.find(match_values(p))
+            if file is None:
+                near = near_recipe(p, recipes)
+                hint = f"; {nearest_hint(near)}" if near else ""
+                found.notes[p.point_id] = f"no serving recipe for {p.config_key}{hint}"
+                continue
+            name = found.names[p.point_id] = file.recipe.recipe
+        try:
+            spec = (
+                serving_of(p, loaded, profile, implemented)
+                if profile is not None and profile.slurm is not None
+                else serve(p, loaded, profile.gpus_per_node if profile is not None else p.gpus, implemented)
+            )
         except UserError as refused:
-            found.notes[p.point_id] = f"recipe {file.recipe.recipe} refuses it: {refused}"
+            found.notes[p.point_id] = f"recipe {name} refuses it: {refused}" if name else str(refused)
+            continue
+        if spec is not None:
+            found.specs[p.point_id] = spec
+            found.names.setdefault(p.point_id, spec.recipe)
     return found
 
 

@@ -15,7 +15,8 @@ from slurmx.recipes.model import ConcRule, Match, Recipe, Replay
 from slurmx.recipes.spec import DRAFT_PATH, Implementation, RouterSpec, ServingSpec
 
 
-def _backend(file: RecipeFile, point: Point, backend: Backend[Any]) -> BackendSpec:
+def _backend(file: RecipeFile, point: Point, backend: Backend[Any], gpus: int) -> BackendSpec:
+    """The point's backend spec from its recipe's arm, as one node of `gpus` GPUs (its engine ranks) holds it."""
     name = point.backend_name
     if name not in file.arms:
         raise file.error(("arms",), f"no {name!r} arm for {point.config_key} point {point.exp_name}")
@@ -24,7 +25,8 @@ def _backend(file: RecipeFile, point: Point, backend: Backend[Any]) -> BackendSp
     except ArmProblem as problem:
         raise file.error(("arms", name, *problem.field), problem.message) from None
     arm = file.arms[name]  # what every backend's arm may say about its install, whatever its own knobs
-    return spec.model_copy(update={"find_links": arm.find_links, "requires": list(arm.requires)})
+    on_node: BackendSpec = backend.on_node(spec, gpus)
+    return on_node.model_copy(update={"find_links": arm.find_links, "requires": list(arm.requires)})
 
 
 def implementation(point: Point) -> Implementation:
@@ -156,7 +158,8 @@ def resolve(
     file = find_recipe(point, recipes)
     recipe = file.recipe
     assert not point.concs, "a multi-concurrency point does not resolve to one server"
-    backend = _backend(file, point, implemented.backend)
+    gpus = layout.gpus_per_node if layout is not None else point.gpus
+    backend = _backend(file, point, implemented.backend, gpus)
     arm = file.arms[point.backend_name]
     rules = per_point_rules(recipe, point)  # once: flags, env and replay all read them
     flags = _engine_flags(recipe, arm, point, engine, rules)
@@ -179,7 +182,7 @@ def resolve(
         health_path=recipe.engine.health_path or engine.health_path,
         # never shorter than the engine's own readiness limit in its env: the scripts wait for the engine unbounded
         startup_timeout_s=max(recipe.engine.startup_timeout_s, engine.ready_timeout_s(env)),
-        gpus=layout.gpus_per_node if layout is not None else point.gpus,
+        gpus=gpus,
         nodes=layout.nodes if layout is not None else 1,
         ranks_per_node=layout.ranks_per_node if layout is not None else 1,
         backend=backend,

@@ -12,6 +12,7 @@ line naming the file, line and field (`SrtRefused`), never a dropped flag; a mal
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -97,19 +98,44 @@ def launched_recipe(tree: Path, point: Point, work: Path) -> SrtRecipe:
     env = row_env(point)
     if env.get("SYNTHETIC_ACCEPTANCE", "false").strip().lower() != "true":
         return recipe
+    given = {**env, "MODEL_PREFIX": point.model_prefix, "FRAMEWORK": point.framework}
+    return _injected(tree, path, tuple(sorted(given.items())), point.framework, work)
+
+
+def _injected(tree: Path, path: Path, given: tuple[tuple[str, str], ...], framework: str, work: Path) -> SrtRecipe:
+    """`path` as InferenceX's injector rewrites it with the env `given`, run on a copy in `work`."""
     copy = work / path.name
     shutil.copyfile(path, copy)
     injector = tree / INJECTOR
-    given = {**env, "MODEL_PREFIX": point.model_prefix, "FRAMEWORK": point.framework}
     done = subprocess.run(
-        [sys.executable, str(injector), str(copy), point.framework],
-        env={**os.environ, **given}, capture_output=True, text=True, cwd=work, check=False,
+        [sys.executable, str(injector), str(copy), framework],
+        env={**os.environ, **dict(given)}, capture_output=True, text=True, cwd=work, check=False,
     )  # fmt: skip
     if done.returncode:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise UserError(f"{injector}: exit {done.returncode} on {path.name}: {tail[0]}")
     rewritten = load_recipe(copy)
     return SrtRecipe(path, rewritten.data, rewritten.index)
+
+
+@functools.cache
+def _injected_once(tree: Path, path: Path, given: tuple[tuple[str, str], ...], framework: str) -> SrtRecipe:
+    """`_injected` in a directory of its own, once per file and settings (a row's points share them): plan and
+    submit resolve every point of a row from one rewrite, not one injector run per point."""
+    with tempfile.TemporaryDirectory(prefix="slurmx-srt-") as work:
+        return _injected(tree, path, given, framework, Path(work))
+
+
+def served_recipe(tree: Path, point: Point) -> SrtRecipe:
+    """`launched_recipe` for serving the point, the injector's rewrite shared by the points of one row."""
+    settings = point.prefill.additional_settings if point.prefill is not None else None
+    path = recipe_path(tree, settings)
+    env = row_env(point)
+    if path is None or env.get("SYNTHETIC_ACCEPTANCE", "false").strip().lower() != "true":
+        with tempfile.TemporaryDirectory(prefix="slurmx-srt-") as work:  # nothing to run: the file as read
+            return launched_recipe(tree, point, Path(work))
+    given = {**env, "MODEL_PREFIX": point.model_prefix, "FRAMEWORK": point.framework}
+    return _injected_once(tree, path, tuple(sorted(given.items())), point.framework)
 
 
 def checkout_recipe(tree: Path, point: Point) -> SrtRecipe | None:
@@ -162,10 +188,13 @@ def kv_store(recipe: SrtRecipe) -> str | None:
     return next((str(k) for k in recipe.section("backend") if str(k).endswith("_kv_store")), None)
 
 
-def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, typed: Flags) -> BackendSpec:
+def offload_spec(
+    recipe: SrtRecipe, point: Point, implemented: Implementation, typed: Flags, layout: NodeLayout
+) -> BackendSpec:
     """The point's KV-offload backend sized as the file configures it: the backend's own knobs rebuilt from the file's
-    offload settings (`knobs_from_connector`, what `recipes import` does with a script's), then sized for the point.
-    The row and the file must name the same tier; one the backend cannot rebuild is refused, naming the field."""
+    offload settings (`knobs_from_connector`, what `recipes import` does with a script's), then sized for the point
+    and for one node of the file's `layout`. The row and the file must name the same tier; one the backend cannot
+    rebuild is refused, naming the field."""
     engine, backend = implemented.engine, implemented.backend
     offload = engine.offload_in(typed)
     where = _offload_where(recipe, engine, typed)
@@ -202,7 +231,8 @@ def offload_spec(recipe: SrtRecipe, point: Point, implemented: Implementation, t
         spec: BackendSpec = backend.spec(arm, point)
     except ArmProblem as problem:
         raise SrtRefused(f"{where}: kv-offload backend {point.backend_name}: {problem.message}") from None
-    return spec
+    on_node: BackendSpec = backend.on_node(spec, layout.gpus_per_node)
+    return on_node
 
 
 def check_rank_span(recipe: SrtRecipe, layout: NodeLayout, implemented: Implementation, typed: Flags) -> None:
@@ -331,15 +361,14 @@ def srt_serving(
     engine = implemented.engine
     srt_recipe(tree, point)  # no checkout, or no file there: refused in one line
     assert tree is not None
-    with tempfile.TemporaryDirectory(prefix="slurmx-srt-") as work:  # as the launcher hands it to srtctl
-        recipe = launched_recipe(tree, point, Path(work))
+    recipe = served_recipe(tree, point)  # as the launcher hands it to srtctl
     problems = refusals(recipe, point, engine)
     if problems:
         raise SrtRefused(problems[0])
     typed = {flag_of(k): _typed(v) for k, v in recipe.engine_config.items()}
     layout = _layout(recipe, layout, engine, typed)
     check_rank_span(recipe, layout, implemented, typed)
-    backend_spec = offload_spec(recipe, point, implemented, typed)
+    backend_spec = offload_spec(recipe, point, implemented, typed, layout)
     check_pool(recipe, layout, backend_spec, node_dram_mib)
     flags, served = _worker_flags(recipe, offload_flags(implemented, backend_spec) | node_flag_names(engine, layout))
     revision = recipe.section("identity", "model").get("revision")

@@ -13,7 +13,7 @@ from slurmx.engines import Engine
 from slurmx.errors import UserError
 from slurmx.inputs import Inputs
 from slurmx.node.preflight import memory_margin_bytes
-from slurmx.plan import NodeLayout, Point, node_layout, server_gpus
+from slurmx.plan import Point, node_layout, server_gpus
 from slurmx.recipes.resolve import implementation, resolve
 from slurmx.recipes.spec import Implementation, ServingSpec
 from slurmx.recipes.srt import SrtRefused, checkout_recipe, srt_serving
@@ -153,13 +153,21 @@ def resolve_points(points: list[Point], inputs: Inputs) -> list[Resolved]:
     return resolved
 
 
-def serve(point: Point, inputs: Inputs, layout: NodeLayout, parts: Implementation) -> ServingSpec:
-    """The point's serving spec: from its recipe in jobs/, or for an engine behind a frontend of its own (Dynamo's
-    aggregated worker) from the srt-slurm recipe its row names (recipes/srt.py)."""
+def serve(point: Point, inputs: Inputs, gpus_per_node: int, parts: Implementation) -> ServingSpec:
+    """The point's serving spec on nodes of `gpus_per_node` GPUs: from its recipe in jobs/, or for an engine behind
+    a frontend of its own (Dynamo's aggregated worker) from the srt-slurm recipe its row names (recipes/srt.py), whose
+    own resources then give its nodes, GPUs and time limit. Submit and plan both ask this (plan shows what submit
+    asks)."""
+    layout = node_layout(point, gpus_per_node)
     if parts.engine.frontend is not None:
         dram = inputs.submittable_profile(point).available_cpu_dram_mib
         return srt_serving(inputs.inferencex, point, layout, parts, dram)
     return resolve(point, inputs.recipes(), layout, parts)
+
+
+def serving_of(point: Point, inputs: Inputs, profile: ClusterProfile, parts: Implementation) -> ServingSpec | None:
+    """What `serve` gives the point on its profile's nodes, None where the profile's runtime serves nothing."""
+    return serve(point, inputs, profile.gpus_per_node, parts) if runtime_for(profile, point.image).serves else None
 
 
 def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved], list[tuple[Point, str]]]:
@@ -181,9 +189,8 @@ def resolve_runnable(points: list[Point], inputs: Inputs) -> tuple[list[Resolved
             refused.append((point, why))
             continue
         runtime = runtime_for(profile, point.image)
-        layout = node_layout(point, profile.gpus_per_node)
         try:
-            serving = serve(point, inputs, layout, parts) if runtime.serves else None
+            serving = serving_of(point, inputs, profile, parts)
         except SrtRefused as why:
             refused.append((point, str(why)))
             continue
