@@ -24,7 +24,8 @@ from tests.test_cli_as_users_run_it import SERVED_KEY, planned, slurmx
 # one key per profile added for InferenceX's fleets, and the request plan shows for its first point
 NEW_PROFILE_REQUESTS = {
     "cluster:h100-dgxc": ("qwen3.5-fp8-h100-sglang-agentic", "hpc-gpu-1 gpu:8 mem=0 excl 180m"),
-    "cluster:gb200-nv": ("qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp", "batch gpu:4 mem=0 excl 360m"),
+    # the jobs recipe's time-limit-min 480, from the srt recipe's slurm.time_limit 8:00:00 (what submit asks)
+    "cluster:gb200-nv": ("qwen3.5-fp4-gb200-dynamo-sglang-agentic-mtp", "batch gpu:4 mem=0 excl 480m"),
     "cluster:b200-nscale": ("kimik3-fp4-b200-dynamo-vllm-agentic-dspark", "batch_1 gpu:8 x2 nodes mem=0 excl 240m"),
     "cluster:mi300x-amds": (
         "qwen3.5-fp8-mi300x-sglang-agentic-mtp",
@@ -54,8 +55,19 @@ def test_plan_render_and_dry_run_from_a_checkout_are_those_of_its_files(main_tre
         ours = slurmx([*command, "--inferencex", str(main_tree)], tmp_path)
         theirs = slurmx([*command, *_as_config(main_tree)], tmp_path)
         assert ours.returncode == theirs.returncode == 0, ours.stderr
-        assert ours.stdout == theirs.stdout and ours.stdout, command
         assert ours.stderr == "", ours.stderr  # no figure of slurmx's profiles disagrees with the checkout's
+        if command[0] != "plan":
+            assert ours.stdout == theirs.stdout and ours.stdout, command
+            continue
+        # a point served from an srt-slurm recipe is read from the checkout: without one, plan says how to get it
+        needs = "its srt-slurm recipe is read from an InferenceX checkout: pass --inferencex DIR"
+        with_tree, without = json.loads(ours.stdout), json.loads(theirs.stdout)
+        assert len(with_tree) == len(without) == 1820
+        from_srt = {i for i, row in enumerate(without) if needs in str(row.get("recipe-note"))}
+        assert from_srt and all(with_tree[i].get("recipe-note") is None for i in from_srt)
+        assert [r for i, r in enumerate(with_tree) if i not in from_srt] == [
+            r for i, r in enumerate(without) if i not in from_srt
+        ]
     assert list(tmp_path.iterdir()) == []
 
 
